@@ -1,0 +1,227 @@
+"""Fleet files: the robots, the policy's latency and the server limits, in YAML or JSON.
+
+The same file drives the virtual-time simulator (``armory simulate``) and the
+real-time fleet runner. See docs/fleet-file.md for the format.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from armory.engine.latency_profile import LatencyProfile, LinearProfileConfig, points_for
+
+RequestMode = Literal["every-tick", "threshold"]
+REQUEST_MODES: tuple[str, ...] = ("every-tick", "threshold")
+
+
+@dataclass(frozen=True)
+class DelaySpec:
+    """One-way network delay: ``median_s`` plus uniform jitter in ``[-jitter_s, +jitter_s]``."""
+
+    median_s: float = 0.005
+    jitter_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.median_s < 0 or self.jitter_s < 0:
+            raise ValueError(f"delay median_s and jitter_s must be >= 0, got {self}")
+        if self.jitter_s > self.median_s:
+            raise ValueError(
+                f"delay jitter_s ({self.jitter_s}) must not exceed median_s ({self.median_s}): "
+                "a message cannot arrive before it is sent"
+            )
+
+    @property
+    def min_s(self) -> float:
+        """The smallest delay the distribution can produce."""
+        return self.median_s - self.jitter_s
+
+
+@dataclass(frozen=True)
+class RobotGroup:
+    """``count`` identical robots."""
+
+    count: int = 1
+    control_hz: float = 20.0
+    """Actions executed per second while the queue is not empty."""
+    min_execution_horizon: int = 1
+    """A new chunk must start at least this many actions after the last queued chunk's start."""
+    max_execution_horizon: int = 10
+    """Of each chunk, actions at index >= start + this are never executed."""
+    weight: float = 1.0
+    """Importance of this robot's motion in weighted throughput and in scheduling."""
+    uplink: DelaySpec = field(default_factory=DelaySpec)
+    downlink: DelaySpec = field(default_factory=DelaySpec)
+    name: str = "robot"
+
+    def __post_init__(self) -> None:
+        if self.count < 1:
+            raise ValueError(f"robot group {self.name!r}: count must be >= 1, got {self.count}")
+        if not self.control_hz > 0:
+            raise ValueError(f"robot group {self.name!r}: control_hz must be > 0")
+        if not 1 <= self.min_execution_horizon <= self.max_execution_horizon:
+            raise ValueError(
+                f"robot group {self.name!r}: need 1 <= min_execution_horizon <= "
+                f"max_execution_horizon, got {self.min_execution_horizon} and "
+                f"{self.max_execution_horizon}"
+            )
+        if not self.weight > 0:
+            raise ValueError(f"robot group {self.name!r}: weight must be > 0, got {self.weight}")
+
+
+@dataclass(frozen=True)
+class RobotSpec:
+    """One robot of a fleet, as the simulator and the fleet runner see it."""
+
+    robot_id: str
+    control_hz: float
+    min_execution_horizon: int
+    max_execution_horizon: int
+    weight: float
+    uplink: DelaySpec
+    downlink: DelaySpec
+
+
+@dataclass(frozen=True)
+class FleetSpec:
+    """A fleet of robots sharing one policy server."""
+
+    name: str = "fleet"
+    robots: tuple[RobotGroup, ...] = (RobotGroup(),)
+    action_horizon: int = 10
+    """Actions per chunk the policy returns."""
+    max_batch_size: int = 5
+    latency_profile: str = "l40s-pi05"
+    """A preset name (l40s-pi05, l40s-pi05-paper, linear), ignored when latency_points is set."""
+    latency_points: dict[int, float] | None = None
+    """Explicit forward-pass seconds per batch size."""
+    linear: LinearProfileConfig = field(default_factory=LinearProfileConfig)
+    """Parameters of the ``linear`` preset."""
+    latency_jitter: float = 0.0
+    """Relative jitter of each forward pass: uniform in ``[1 - j, 1 + j]`` times the profile."""
+    request_mode: RequestMode = "every-tick"
+    threshold_margin_s: float = 0.05
+    """Threshold mode: send when the queue runs dry within the round trip plus this margin."""
+
+    def __post_init__(self) -> None:
+        if self.request_mode not in REQUEST_MODES:
+            raise ValueError(
+                f"unknown request_mode {self.request_mode!r}; valid: {', '.join(REQUEST_MODES)}"
+            )
+        if self.max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
+        if not 0 <= self.latency_jitter < 1:
+            raise ValueError(f"latency_jitter must be in [0, 1), got {self.latency_jitter}")
+        for group in self.robots:
+            if group.max_execution_horizon > self.action_horizon:
+                raise ValueError(
+                    f"robot group {group.name!r}: max_execution_horizon "
+                    f"{group.max_execution_horizon} exceeds the action_horizon "
+                    f"{self.action_horizon}"
+                )
+        self.profile()  # validates the profile name and points
+
+    def profile(self) -> LatencyProfile:
+        """A fresh latency profile seeded from this fleet's configuration."""
+        if self.latency_points:
+            return LatencyProfile(self.latency_points)
+        return LatencyProfile(points_for(self.latency_profile, self.linear))
+
+    def robot_specs(self) -> list[RobotSpec]:
+        """Every robot, groups expanded in order, ids ``<group name>-<n>``."""
+        specs = []
+        for group in self.robots:
+            for n in range(group.count):
+                specs.append(
+                    RobotSpec(
+                        robot_id=f"{group.name}-{n}",
+                        control_hz=group.control_hz,
+                        min_execution_horizon=group.min_execution_horizon,
+                        max_execution_horizon=group.max_execution_horizon,
+                        weight=group.weight,
+                        uplink=group.uplink,
+                        downlink=group.downlink,
+                    )
+                )
+        return specs
+
+    @property
+    def num_robots(self) -> int:
+        return sum(group.count for group in self.robots)
+
+    def with_rates_scaled(self, factor: float) -> FleetSpec:
+        """The same fleet with every robot's control rate multiplied by ``factor``."""
+        groups = tuple(
+            dataclasses.replace(g, control_hz=g.control_hz * factor) for g in self.robots
+        )
+        return dataclasses.replace(self, robots=groups)
+
+
+def _delay(value: Any, where: str) -> DelaySpec:
+    if value is None:
+        return DelaySpec()
+    if isinstance(value, int | float):
+        return DelaySpec(median_s=float(value))
+    if isinstance(value, dict):
+        unknown = set(value) - {"median_s", "jitter_s"}
+        if unknown:
+            raise ValueError(f"{where}: unknown delay keys {sorted(unknown)}")
+        return DelaySpec(**{k: float(v) for k, v in value.items()})
+    raise ValueError(f"{where}: a delay is a number of seconds or {{median_s, jitter_s}}")
+
+
+def fleet_from_dict(data: dict[str, Any], *, default_name: str = "fleet") -> FleetSpec:
+    """Build a fleet from the parsed YAML/JSON mapping, naming any unknown key."""
+    if not isinstance(data, dict):
+        raise ValueError("a fleet file must hold a mapping at its top level")
+    known = {f.name for f in dataclasses.fields(FleetSpec)}
+    unknown = set(data) - known
+    if unknown:
+        raise ValueError(f"unknown fleet keys {sorted(unknown)}; valid keys: {sorted(known)}")
+    kwargs = dict(data)
+    kwargs.setdefault("name", default_name)
+    group_keys = {f.name for f in dataclasses.fields(RobotGroup)}
+    groups = []
+    for i, raw in enumerate(kwargs.get("robots") or []):
+        where = f"robots[{i}]"
+        if not isinstance(raw, dict):
+            raise ValueError(f"{where}: each robot group is a mapping")
+        bad = set(raw) - group_keys
+        if bad:
+            raise ValueError(f"{where}: unknown keys {sorted(bad)}; valid: {sorted(group_keys)}")
+        group = dict(raw)
+        group["uplink"] = _delay(group.get("uplink"), where + ".uplink")
+        group["downlink"] = _delay(group.get("downlink"), where + ".downlink")
+        group.setdefault("name", f"g{i}")
+        groups.append(RobotGroup(**group))
+    if not groups:
+        raise ValueError("a fleet needs at least one robot group under 'robots'")
+    kwargs["robots"] = tuple(groups)
+    if kwargs.get("latency_points") is not None:
+        kwargs["latency_points"] = {int(b): float(s) for b, s in kwargs["latency_points"].items()}
+    if "linear" in kwargs:
+        kwargs["linear"] = LinearProfileConfig(**kwargs["linear"])
+    return FleetSpec(**kwargs)
+
+
+def fleet_to_dict(fleet: FleetSpec) -> dict[str, Any]:
+    """The plain mapping a fleet file holds; inverse of :func:`fleet_from_dict`."""
+    data = dataclasses.asdict(fleet)
+    data["robots"] = list(data["robots"])
+    return data
+
+
+def load_fleet(path: str | Path) -> FleetSpec:
+    """Read a fleet file (``.yaml``, ``.yml`` or ``.json``)."""
+    path = Path(path)
+    text = path.read_text()
+    data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    try:
+        return fleet_from_dict(data, default_name=path.stem)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: {exc}") from exc

@@ -1,0 +1,26 @@
+"""The scheduler interface: a pure decision over a snapshot, driven by a loop that owns time."""
+
+from __future__ import annotations
+
+import abc
+from typing import ClassVar
+
+from armory.scheduling.snapshot import Batch, Snapshot
+
+
+class Scheduler(abc.ABC):
+    """Picks WHICH robots go into the next batch and HOW MANY.
+
+    A scheduler does no I/O and reads no clock: everything it knows is in the
+    snapshot. The real-time engine and the virtual-time simulator drive the same
+    objects.
+    """
+
+    name: ClassVar[str]
+
+    @abc.abstractmethod
+    def schedule(self, snapshot: Snapshot) -> Batch:
+        """Called whenever the executor is free and at least one robot is eligible."""
+
+    def on_batch_done(self, batch: Batch, latency_s: float) -> None:  # noqa: B027
+        """Called when a batch's forward pass finishes, with its measured seconds."""

@@ -1,0 +1,38 @@
+"""Schedulers by name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from armory.scheduling.base import Scheduler
+from armory.scheduling.config import SchedulerConfig
+from armory.scheduling.greedy_deadline import GreedyDeadlineScheduler
+from armory.scheduling.lookahead_actions import LookaheadActionsScheduler
+from armory.scheduling.max_batch import MaxBatchScheduler
+from armory.scheduling.random_batch import RandomBatchScheduler
+from armory.scheduling.round_robin import RoundRobinScheduler
+
+_FACTORIES: dict[str, Callable[[SchedulerConfig], Scheduler]] = {
+    MaxBatchScheduler.name: lambda config: MaxBatchScheduler(),
+    RoundRobinScheduler.name: lambda config: RoundRobinScheduler(),
+    GreedyDeadlineScheduler.name: lambda config: GreedyDeadlineScheduler(),
+    RandomBatchScheduler.name: lambda config: RandomBatchScheduler(seed=config.seed),
+    LookaheadActionsScheduler.name: LookaheadActionsScheduler.from_config,
+}
+
+
+def scheduler_names() -> list[str]:
+    """Every valid scheduler name."""
+    return list(_FACTORIES)
+
+
+def make_scheduler(config: SchedulerConfig | str) -> Scheduler:
+    """A new scheduler for ``config`` (or a bare name with default options)."""
+    if isinstance(config, str):
+        config = SchedulerConfig(name=config)
+    factory = _FACTORIES.get(config.name)
+    if factory is None:
+        raise ValueError(
+            f"unknown scheduler {config.name!r}; valid names: {', '.join(scheduler_names())}"
+        )
+    return factory(config)

@@ -1,0 +1,91 @@
+"""What a scheduler sees and what it returns: plain frozen data, no I/O, no clock."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The fleet as the server believes it is at ``now_s``; one array entry per robot.
+
+    All times are seconds on the server's own clock. Arrays are aligned and never
+    mutated by a scheduler.
+    """
+
+    now_s: float
+    robot_id: np.ndarray
+    """int64: the engine's id of each robot."""
+    contact_order: np.ndarray
+    """int64: rank of each robot's first contact (0 = first robot the server met)."""
+    deadline_s: np.ndarray
+    """float64: when the robot's queue runs dry if nothing new lands (may be in the past)."""
+    obs_time_s: np.ndarray
+    """float64: when the observation the server holds for the robot was taken (estimate)."""
+    eligible: np.ndarray
+    """bool: the robot may go into the next batch (it has an observation that passes the
+    minimum execution horizon)."""
+    control_hz: np.ndarray
+    """float64: actions the robot executes per second."""
+    max_execution_horizon: np.ndarray
+    """int64: actions of a chunk the robot will execute at most."""
+    weight: np.ndarray
+    """float64: importance of the robot's motion."""
+    downlink_s: np.ndarray
+    """float64: expected seconds from the end of the forward pass to the chunk landing."""
+    latency_table_s: np.ndarray
+    """float64: forward-pass seconds for batch sizes 0..max_batch_size (entry 0 is 0)."""
+    max_batch_size: int
+
+    @property
+    def num_robots(self) -> int:
+        return int(self.robot_id.shape[0])
+
+    def latency_s(self, batch_size: int) -> float:
+        return float(self.latency_table_s[batch_size])
+
+    def chunk_seconds(self) -> np.ndarray:
+        """Seconds of motion one chunk holds for each robot: max horizon / rate."""
+        return self.max_execution_horizon / self.control_hz
+
+    def dry_after_landing_s(self, land_s: np.ndarray | float) -> np.ndarray:
+        """When each robot's queue would run dry if a chunk from its held observation
+        landed at ``land_s``.
+
+        Between the observation and the landing the robot keeps executing its old
+        queue until it runs dry; those actions are the new chunk's first ones, so
+        the chunk adds ``max horizon`` minus what was executed meanwhile.
+        """
+        executed_s = np.maximum(0.0, np.minimum(land_s, self.deadline_s) - self.obs_time_s)
+        return land_s + self.chunk_seconds() - executed_s
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A scheduler's decision: the robots whose next chunks the executor computes now."""
+
+    robot_ids: tuple[int, ...]
+    """Engine ids, at most ``max_batch_size``, each eligible, none twice. Empty: run nothing."""
+    wait_until_s: float | None = None
+    """With an empty batch: ask again at this time even if nothing else happens."""
+
+
+class InvalidBatchError(RuntimeError):
+    """A scheduler returned a batch that breaks the batch invariants."""
+
+
+def check_batch(snapshot: Snapshot, batch: Batch) -> None:
+    """Assert the batch invariants: not over the max, no robot twice, only eligible robots."""
+    ids = batch.robot_ids
+    if len(ids) > snapshot.max_batch_size:
+        raise InvalidBatchError(
+            f"batch of {len(ids)} exceeds max_batch_size {snapshot.max_batch_size}"
+        )
+    if len(set(ids)) != len(ids):
+        raise InvalidBatchError(f"batch holds a robot twice: {ids}")
+    eligible = set(snapshot.robot_id[snapshot.eligible].tolist())
+    bad = [i for i in ids if i not in eligible]
+    if bad:
+        raise InvalidBatchError(f"batch holds ineligible robots {bad}")

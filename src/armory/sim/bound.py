@@ -1,0 +1,38 @@
+"""The starvation bound: the least starvation any scheduler could reach on a fleet.
+
+It comes from the fluid relaxation of the fleet (:mod:`armory.sim.fluid`): the
+most actions per second the robots could execute, with every robot's links at
+the smallest delays they can produce. docs/scheduling.md derives the constraints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from armory.engine.latency_profile import LatencyProfile
+from armory.fleet_spec import FleetSpec, RobotSpec
+from armory.sim.fluid import solve_fluid
+
+
+def starvation_bound(
+    robots: Sequence[RobotSpec], profile: LatencyProfile, max_batch_size: int
+) -> float:
+    """Least achievable fleet starvation (fraction of ticks): ``1 - sum a_i / sum f_i``."""
+    if not robots:
+        return 0.0
+    control_hz = np.array([r.control_hz for r in robots])
+    solution = solve_fluid(
+        control_hz,
+        np.array([r.max_execution_horizon for r in robots]),
+        np.array([r.uplink.min_s + r.downlink.min_s for r in robots]),
+        profile.table(max_batch_size)[1:],
+    )
+    executed = float(solution.actions_per_s.sum())
+    return max(0.0, 1.0 - executed / float(control_hz.sum()))
+
+
+def fleet_bound(fleet: FleetSpec) -> float:
+    """:func:`starvation_bound` of a fleet file's robots and configured profile."""
+    return starvation_bound(fleet.robot_specs(), fleet.profile(), fleet.max_batch_size)

@@ -1,0 +1,117 @@
+"""The fluid relaxation of a fleet, as a linear program.
+
+Variables, per second of steady state: ``a_i`` actions robot i executes, ``r_ib``
+chunks it receives from batches of size b, ``n_b`` batches of size b the GPU
+runs. With ``f_i`` the robot's rate, ``E_i`` its max execution horizon and
+``l_ib = latency(b) + uplink_i + downlink_i``:
+
+- ``a_i <= f_i``                                  (a robot cannot outrun its clock)
+- ``a_i <= E_i * sum_b r_ib``                     (each chunk holds at most E_i actions)
+- ``2 a_i <= f_i + sum_b r_ib (E_i - f_i l_ib)``  (latency costs actions or ticks)
+- ``sum_i r_ib <= b n_b``, ``r_ib <= n_b``        (a batch of b serves b distinct robots)
+- ``sum_b n_b latency(b) <= 1``                   (one GPU)
+
+docs/scheduling.md derives the third constraint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import sparse
+from scipy.optimize import linprog
+
+
+@dataclass(frozen=True)
+class FluidSolution:
+    """Steady-state rates per second of the best fluid schedule."""
+
+    actions_per_s: np.ndarray
+    """a_i: actions robot i executes per second."""
+    chunks_per_s: np.ndarray
+    """r_ib (robots x sizes): chunks robot i gets from batches of size b = column + 1."""
+    batches_per_s: np.ndarray
+    """n_b (sizes): batches of size b = index + 1 per second."""
+
+
+def solve_fluid(
+    control_hz: np.ndarray,
+    max_execution_horizon: np.ndarray,
+    delay_s: np.ndarray,
+    latency_s: np.ndarray,
+    *,
+    weight: np.ndarray | None = None,
+    gpu_cost: float = 0.0,
+) -> FluidSolution:
+    """Maximise ``sum w_i a_i - gpu_cost * GPU seconds`` over the fluid constraints.
+
+    ``latency_s[j]`` is the forward pass of a batch of ``j + 1``; ``delay_s[i]`` the
+    smallest uplink plus downlink of robot i.
+    """
+    f = np.asarray(control_hz, dtype=np.float64)
+    e = np.asarray(max_execution_horizon, dtype=np.float64)
+    w = np.ones_like(f) if weight is None else np.asarray(weight, dtype=np.float64)
+    latency = np.asarray(latency_s, dtype=np.float64)
+    n, sizes = f.size, latency.size
+    b_values = np.arange(1, sizes + 1, dtype=np.float64)
+    num_vars = n + n * sizes + sizes
+    r_col = n + np.arange(n * sizes).reshape(n, sizes)
+    nb_col = n + n * sizes + np.arange(sizes)
+    l_ib = latency[None, :] + np.asarray(delay_s, dtype=np.float64)[:, None]
+
+    # Rows 0..n-1:    a_i - E_i sum_b r_ib <= 0
+    # Rows n..2n-1: 2 a_i - sum_b r_ib (E_i - f_i l_ib) <= f_i
+    robot_rows = np.arange(n)
+    rows = [
+        robot_rows,
+        np.repeat(robot_rows, sizes),
+        n + robot_rows,
+        n + np.repeat(robot_rows, sizes),
+    ]
+    cols = [robot_rows, r_col.ravel(), robot_rows, r_col.ravel()]
+    vals = [
+        np.ones(n),
+        -np.repeat(e, sizes),
+        2.0 * np.ones(n),
+        -(e[:, None] - f[:, None] * l_ib).ravel(),
+    ]
+    rhs = [np.zeros(n), f]
+    # Rows 2n..2n+sizes-1: sum_i r_ib - b n_b <= 0
+    base = 2 * n
+    rows += [base + np.tile(np.arange(sizes), n), base + np.arange(sizes)]
+    cols += [r_col.ravel(), nb_col]
+    vals += [np.ones(n * sizes), -b_values]
+    rhs.append(np.zeros(sizes))
+    # Rows: r_ib - n_b <= 0
+    base += sizes
+    pair = np.arange(n * sizes)
+    rows += [base + pair, base + pair]
+    cols += [r_col.ravel(), np.tile(nb_col, n)]
+    vals += [np.ones(n * sizes), -np.ones(n * sizes)]
+    rhs.append(np.zeros(n * sizes))
+    # Last row: sum_b n_b latency(b) <= 1
+    base += n * sizes
+    rows.append(np.full(sizes, base))
+    cols.append(nb_col)
+    vals.append(latency)
+    rhs.append(np.ones(1))
+    a_ub = sparse.csr_array(
+        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+        shape=(base + 1, num_vars),
+    )
+    cost = np.zeros(num_vars)
+    cost[:n] = -w
+    cost[nb_col] = gpu_cost * latency
+    bounds = np.zeros((num_vars, 2))
+    bounds[:, 1] = np.inf
+    bounds[:n, 1] = f
+    result = linprog(cost, A_ub=a_ub, b_ub=np.concatenate(rhs), bounds=bounds, method="highs")
+    if not result.success:
+        raise RuntimeError(f"fluid LP failed: {result.message}")
+    x = result.x
+    return FluidSolution(
+        actions_per_s=x[:n],
+        chunks_per_s=x[n : n + n * sizes].reshape(n, sizes),
+        batches_per_s=x[n + n * sizes :],
+    )

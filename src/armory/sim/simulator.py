@@ -1,0 +1,214 @@
+"""Discrete-event fleet simulator in virtual time.
+
+Robots tick at their rates and send observations over links with sampled
+delays; the server keeps the newest observation of each robot in a
+:class:`~armory.engine.queue_mirror.QueueMirror` (the same one the real-time
+engine uses) and, whenever its single GPU is free, asks the scheduler under test
+for the next batch. The batch runs for the latency the fleet's profile gives
+(with optional jitter); each chunk then travels back and lands on its robot.
+
+Deterministic per seed: one PCG64 generator draws every delay in event order,
+and ties in the event heap are broken by insertion order.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass
+from enum import IntEnum
+
+import numpy as np
+
+from armory.engine.queue_mirror import QueueMirror, QueueReport, RobotLimits
+from armory.fleet_spec import DelaySpec, FleetSpec
+from armory.scheduling.base import Scheduler
+from armory.scheduling.snapshot import check_batch
+from armory.sim.metrics import SimReport, build_report
+from armory.sim.robot import SimRobot
+
+
+class _Event(IntEnum):
+    # At equal times, lower values run first.
+    LAND = 0
+    TICK = 1
+    OBS_ARRIVE = 2
+    BATCH_DONE = 3
+    WAKE = 4
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """How long to run and with which seed."""
+
+    duration_s: float = 60.0
+    seed: int = 0
+    check_invariants: bool = True
+    """Assert every batch's invariants (cheap; off only for profiling)."""
+
+
+class Simulator:
+    """Runs one fleet against one scheduler; :meth:`run` returns the report."""
+
+    def __init__(self, fleet: FleetSpec, scheduler: Scheduler, config: SimConfig) -> None:
+        self.fleet = fleet
+        self.scheduler = scheduler
+        self.config = config
+        self._rng = np.random.Generator(np.random.PCG64(config.seed))
+        specs = fleet.robot_specs()
+        phases = self._rng.uniform(0.0, 1.0, size=len(specs))
+        self.robots = [
+            SimRobot(spec, phase_s=float(p) / spec.control_hz)
+            for spec, p in zip(specs, phases, strict=True)
+        ]
+        self._true_profile = fleet.profile()
+        self.server_profile = fleet.profile()
+        self.mirror = QueueMirror(capacity=len(specs))
+        for i, spec in enumerate(specs):
+            self.mirror.add(
+                i,
+                RobotLimits(
+                    control_hz=spec.control_hz,
+                    min_execution_horizon=spec.min_execution_horizon,
+                    max_execution_horizon=spec.max_execution_horizon,
+                    weight=spec.weight,
+                    uplink_s=spec.uplink.median_s,
+                    downlink_s=spec.downlink.median_s,
+                ),
+                now_s=0.0,
+            )
+        self._held_obs_time_s = [0.0] * len(specs)
+        self._heap: list[tuple[float, int, int, object]] = []
+        self._seq = 0
+        self._gpu_busy = False
+        self._wake_pending_s: float | None = None
+        self.batch_sizes: list[int] = []
+        self.gpu_busy_s = 0.0
+        self.decision_s = 0.0
+        self.num_decisions = 0
+
+    # ---- event plumbing ------------------------------------------------
+
+    def _push(self, t_s: float, kind: _Event, payload: object) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t_s, kind, self._seq, payload))
+
+    def _delay_s(self, spec: DelaySpec) -> float:
+        if spec.jitter_s == 0.0:
+            return spec.median_s
+        return spec.median_s + spec.jitter_s * (2.0 * self._rng.random() - 1.0)
+
+    # ---- run -----------------------------------------------------------
+
+    def run(self) -> SimReport:
+        for i, robot in enumerate(self.robots):
+            self._push(robot.tick_time_s(0), _Event.TICK, i)
+        end_s = self.config.duration_s
+        handlers = {
+            _Event.LAND: self._on_land,
+            _Event.TICK: self._on_tick,
+            _Event.OBS_ARRIVE: self._on_obs_arrive,
+            _Event.BATCH_DONE: self._on_batch_done,
+            _Event.WAKE: self._on_wake,
+        }
+        heap = self._heap
+        while heap and heap[0][0] <= end_s:
+            t_s, kind, _, payload = heapq.heappop(heap)
+            handlers[kind](t_s, payload)
+        for robot in self.robots:
+            robot.advance_to(end_s)
+        return build_report(self, end_s)
+
+    # ---- robots --------------------------------------------------------
+
+    def _on_tick(self, t_s: float, i: int) -> None:
+        """A robot's tick on which it sends an observation."""
+        robot = self.robots[i]
+        robot.advance_to(t_s)
+        self._send_observation(t_s, i)
+        if self.fleet.request_mode == "every-tick":
+            self._push(robot.tick_time_s(robot.last_tick + 1), _Event.TICK, i)
+
+    def _send_observation(self, t_s: float, i: int) -> None:
+        robot = self.robots[i]
+        robot.requests_sent += 1
+        robot.request_in_flight = True
+        arrive_s = t_s + self._delay_s(robot.spec.uplink)
+        self._push(arrive_s, _Event.OBS_ARRIVE, (i, robot.report(), t_s))
+
+    def _on_land(self, t_s: float, payload: tuple[int, int, float]) -> None:
+        i, start, obs_time_s = payload
+        robot = self.robots[i]
+        robot.apply_chunk(t_s, start, obs_time_s)
+        if self.fleet.request_mode == "threshold":
+            # One request is in flight at a time: this chunk answers it.
+            robot.request_in_flight = False
+            robot.record_round_trip(t_s - obs_time_s)
+            n = robot.next_threshold_send_tick(self.fleet.threshold_margin_s)
+            self._push(robot.tick_time_s(n), _Event.TICK, i)
+
+    # ---- server --------------------------------------------------------
+
+    def _on_obs_arrive(self, t_s: float, payload: tuple[int, QueueReport, float]) -> None:
+        i, report, taken_s = payload
+        if self.mirror.observe(i, report, t_s):
+            self._held_obs_time_s[i] = taken_s
+        self._try_schedule(t_s)
+
+    def _on_wake(self, t_s: float, _: object) -> None:
+        if self._wake_pending_s == t_s:
+            self._wake_pending_s = None
+        self._try_schedule(t_s)
+
+    def _try_schedule(self, now_s: float) -> None:
+        if self._gpu_busy:
+            return
+        max_batch = self.fleet.max_batch_size
+        snapshot = self.mirror.snapshot(
+            now_s, self.server_profile.table(max_batch), max_batch
+        )
+        if not snapshot.eligible.any():
+            return
+        started = time.perf_counter()
+        batch = self.scheduler.schedule(snapshot)
+        self.decision_s += time.perf_counter() - started
+        self.num_decisions += 1
+        if self.config.check_invariants:
+            check_batch(snapshot, batch)
+        if not batch.robot_ids:
+            wake = batch.wait_until_s
+            if wake is not None and wake > now_s and self._wake_pending_s != wake:
+                self._wake_pending_s = wake
+                self._push(wake, _Event.WAKE, None)
+            return
+        size = len(batch.robot_ids)
+        jitter = self.fleet.latency_jitter
+        latency_s = self._true_profile.latency_s(size)
+        if jitter:
+            latency_s *= 1.0 + jitter * (2.0 * self._rng.random() - 1.0)
+        planned_s = self.server_profile.latency_s(size)
+        chunks = []
+        for i in batch.robot_ids:
+            land_est_s = now_s + planned_s + self.robots[i].spec.downlink.median_s
+            start = self.mirror.dispatch(i, land_est_s)
+            chunks.append((i, start, self._held_obs_time_s[i]))
+        self._gpu_busy = True
+        self.batch_sizes.append(size)
+        self.gpu_busy_s += latency_s
+        self._push(now_s + latency_s, _Event.BATCH_DONE, (batch, latency_s, chunks))
+
+    def _on_batch_done(self, t_s: float, payload: tuple) -> None:
+        batch, latency_s, chunks = payload
+        self._gpu_busy = False
+        self.server_profile.observe(len(batch.robot_ids), latency_s)
+        self.scheduler.on_batch_done(batch, latency_s)
+        for i, start, obs_time_s in chunks:
+            robot = self.robots[i]
+            land_s = t_s + self._delay_s(robot.spec.downlink)
+            self._push(land_s, _Event.LAND, (i, start, obs_time_s))
+        self._try_schedule(t_s)
+
+
+def simulate(fleet: FleetSpec, scheduler: Scheduler, config: SimConfig | None = None) -> SimReport:
+    """Run ``fleet`` against ``scheduler`` and return the report."""
+    return Simulator(fleet, scheduler, config or SimConfig()).run()
