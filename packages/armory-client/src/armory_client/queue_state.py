@@ -1,0 +1,139 @@
+"""Armory's reserved observation key: the robot's queue state, carried inside openpi.
+
+An Armory client is an openpi client that adds one map under `ARMORY_KEY` to every
+observation. The server removes it before the policy sees the observation and uses
+it to schedule: indices and durations only, never clock readings (robot and server
+clocks are not synchronised).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["ARMORY_KEY", "WIRE_VERSION", "RobotState", "attach", "detach"]
+
+ARMORY_KEY = "__armory__"
+"""Observation key holding the `RobotState` map; reserved, never seen by the policy."""
+
+WIRE_VERSION = 1
+"""Version of the `RobotState` wire map, sent under the key ``"version"``."""
+
+_VERSION_KEY = "version"
+_MAX_ROBOT_ID_CHARS = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class RobotState:
+    """What a robot reports with one observation (checked on construction)."""
+
+    robot_id: str
+    """Stable name of the robot, unique within the fleet."""
+    action_index: int
+    """Actions the robot had executed (this episode) when it took the observation."""
+    actions_left: int
+    """Actions still queued on the robot at that moment."""
+    chunk_start: int | None
+    """Action index at which the chunk being played starts; None before the first chunk."""
+    control_hz: float
+    """Control rate: actions executed per second."""
+    min_execution_horizon: int
+    """Fewest actions of a chunk the robot executes before it may switch to a new one."""
+    max_execution_horizon: int
+    """Most actions of a chunk the robot executes (the rest are discarded)."""
+    episode_id: int = 0
+    """Episode counter; action indices restart when it changes."""
+    observation_step: int = 0
+    """Observations this robot has sent in the episode before this one."""
+    round_trip_s: float | None = None
+    """The client's own measured request-to-reply duration; None before the first reply."""
+    weight: float = 1.0
+    """Relative priority of this robot when capacity is short."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.robot_id, str) or not self.robot_id:
+            raise ValueError(f"RobotState.robot_id must be a non-empty str, got {self.robot_id!r}")
+        if len(self.robot_id) > _MAX_ROBOT_ID_CHARS:
+            raise ValueError(f"RobotState.robot_id is longer than {_MAX_ROBOT_ID_CHARS} chars")
+        self._set_int("action_index", minimum=0)
+        self._set_int("actions_left", minimum=0)
+        self._set_int("chunk_start", minimum=0, optional=True)
+        self._set_float("control_hz", positive=True)
+        self._set_int("min_execution_horizon", minimum=1)
+        self._set_int("max_execution_horizon", minimum=1)
+        self._set_int("episode_id", minimum=0)
+        self._set_int("observation_step", minimum=0)
+        self._set_float("round_trip_s", positive=False, optional=True)
+        self._set_float("weight", positive=True)
+        if self.max_execution_horizon < self.min_execution_horizon:
+            raise ValueError(
+                f"RobotState.max_execution_horizon ({self.max_execution_horizon}) is below "
+                f"min_execution_horizon ({self.min_execution_horizon})"
+            )
+
+    def to_wire(self) -> dict[str, Any]:
+        """The map sent under `ARMORY_KEY`: plain str, int, float and None values."""
+        return {_VERSION_KEY: WIRE_VERSION, **dataclasses.asdict(self)}
+
+    @classmethod
+    def from_wire(cls, wire: Any) -> RobotState:
+        """Parse a map made by `to_wire`; a ValueError names any bad or missing field."""
+        if not isinstance(wire, Mapping):
+            raise ValueError(f"{ARMORY_KEY} must be a map, got {type(wire).__name__}")
+        fields = dict(wire)
+        version = fields.pop(_VERSION_KEY, WIRE_VERSION)
+        if version != WIRE_VERSION:
+            raise ValueError(f"{ARMORY_KEY} version {version!r} is not {WIRE_VERSION}")
+        known = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(map(str, fields.keys() - known))
+        if unknown:
+            raise ValueError(f"{ARMORY_KEY} has unknown fields {unknown}")
+        required = {
+            field.name
+            for field in dataclasses.fields(cls)
+            if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+        }
+        missing = sorted(required - fields.keys())
+        if missing:
+            raise ValueError(f"{ARMORY_KEY} lacks required fields {missing}")
+        return cls(**fields)
+
+    def _set_int(self, name: str, *, minimum: int, optional: bool = False) -> None:
+        """Check field `name` is an int >= minimum (or None if optional); store it as int."""
+        value = getattr(self, name)
+        if value is None and optional:
+            return
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+            raise ValueError(f"RobotState.{name} must be an int, got {value!r}")
+        if value < minimum:
+            raise ValueError(f"RobotState.{name} must be >= {minimum}, got {value}")
+        object.__setattr__(self, name, int(value))
+
+    def _set_float(self, name: str, *, positive: bool, optional: bool = False) -> None:
+        """Check field `name` is a finite number, > 0 or >= 0; store it as float."""
+        value = getattr(self, name)
+        if value is None and optional:
+            return
+        if not isinstance(value, numbers.Real) or isinstance(value, bool):
+            raise ValueError(f"RobotState.{name} must be a number, got {value!r}")
+        value = float(value)
+        if not math.isfinite(value) or value < 0 or (positive and value == 0):
+            bound = "> 0" if positive else ">= 0"
+            raise ValueError(f"RobotState.{name} must be finite and {bound}, got {value}")
+        object.__setattr__(self, name, value)
+
+
+def attach(obs: Mapping[str, Any], state: RobotState) -> dict[str, Any]:
+    """Return a new observation map: `obs` plus `state` under `ARMORY_KEY`."""
+    return {**obs, ARMORY_KEY: state.to_wire()}
+
+
+def detach(obs: Mapping[str, Any]) -> tuple[dict[str, Any], RobotState | None]:
+    """Split an observation into (a new map without `ARMORY_KEY`, its RobotState or None)."""
+    rest = dict(obs)
+    if ARMORY_KEY not in rest:
+        return rest, None
+    return rest, RobotState.from_wire(rest.pop(ARMORY_KEY))
