@@ -201,9 +201,15 @@ def fleet_from_dict(data: dict[str, Any], *, default_name: str = "fleet") -> Fle
         groups.append(RobotGroup(**group))
     if not groups:
         raise ValueError("a fleet needs at least one robot group under 'robots'")
+    names = [group.name for group in groups]
+    if len(set(names)) != len(names):
+        raise ValueError(f"robot group names must differ (they prefix robot ids), got {names}")
     kwargs["robots"] = tuple(groups)
     if kwargs.get("latency_points") is not None:
-        kwargs["latency_points"] = {int(b): float(s) for b, s in kwargs["latency_points"].items()}
+        points = kwargs["latency_points"]
+        if not isinstance(points, dict):
+            raise ValueError("latency_points is a mapping of batch size to seconds, e.g. {1: 0.07}")
+        kwargs["latency_points"] = {int(b): float(s) for b, s in points.items()}
     if "linear" in kwargs:
         kwargs["linear"] = LinearProfileConfig(**kwargs["linear"])
     return FleetSpec(**kwargs)

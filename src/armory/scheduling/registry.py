@@ -7,12 +7,14 @@ from collections.abc import Callable
 from armory.scheduling.base import Scheduler
 from armory.scheduling.config import SchedulerConfig
 from armory.scheduling.greedy_deadline import GreedyDeadlineScheduler
+from armory.scheduling.just_in_time import JustInTimeScheduler
 from armory.scheduling.lookahead_actions import LookaheadActionsScheduler
 from armory.scheduling.max_batch import MaxBatchScheduler
 from armory.scheduling.random_batch import RandomBatchScheduler
 from armory.scheduling.round_robin import RoundRobinScheduler
 
 _FACTORIES: dict[str, Callable[[SchedulerConfig], Scheduler]] = {
+    JustInTimeScheduler.name: lambda config: JustInTimeScheduler(),
     MaxBatchScheduler.name: lambda config: MaxBatchScheduler(),
     RoundRobinScheduler.name: lambda config: RoundRobinScheduler(),
     GreedyDeadlineScheduler.name: lambda config: GreedyDeadlineScheduler(),

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
 from armory.engine.latency_profile import LatencyProfile
 from armory.fleet_spec import FleetSpec, RobotSpec
-from armory.sim.fluid import solve_fluid
+from armory.sim.fluid import robot_classes
 
 
 def starvation_bound(
@@ -22,15 +20,10 @@ def starvation_bound(
     """Least achievable fleet starvation (fraction of ticks): ``1 - sum a_i / sum f_i``."""
     if not robots:
         return 0.0
-    control_hz = np.array([r.control_hz for r in robots])
-    solution = solve_fluid(
-        control_hz,
-        np.array([r.max_execution_horizon for r in robots]),
-        np.array([r.uplink.min_s + r.downlink.min_s for r in robots]),
-        profile.table(max_batch_size)[1:],
-    )
-    executed = float(solution.actions_per_s.sum())
-    return max(0.0, 1.0 - executed / float(control_hz.sum()))
+    classes = robot_classes(robots)
+    solution = classes.solve(profile.table(max_batch_size)[1:])
+    executed = float(classes.count @ solution.actions_per_s)
+    return max(0.0, 1.0 - executed / float(classes.count @ classes.control_hz))
 
 
 def fleet_bound(fleet: FleetSpec) -> float:

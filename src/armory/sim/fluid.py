@@ -16,11 +16,14 @@ docs/scheduling.md derives the third constraint.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from scipy import sparse
 from scipy.optimize import linprog
+
+from armory.fleet_spec import RobotSpec
 
 
 @dataclass(frozen=True)
@@ -43,15 +46,23 @@ def solve_fluid(
     *,
     weight: np.ndarray | None = None,
     gpu_cost: float = 0.0,
+    min_total_actions_per_s: float | None = None,
+    count: np.ndarray | None = None,
 ) -> FluidSolution:
     """Maximise ``sum w_i a_i - gpu_cost * GPU seconds`` over the fluid constraints.
 
     ``latency_s[j]`` is the forward pass of a batch of ``j + 1``; ``delay_s[i]`` the
-    smallest uplink plus downlink of robot i.
+    smallest uplink plus downlink of robot i. ``min_total_actions_per_s`` adds the
+    constraint ``sum a_i >= value`` (to ask what weighted throughput is possible at
+    a given starvation). With ``count``, entry i stands for ``count[i]`` identical
+    robots (same rate, horizon, delays and weight): the optimum is the same as with
+    every robot listed, since averaging an optimum over identical robots is optimal
+    too, and the program stays small for a thousand robots.
     """
     f = np.asarray(control_hz, dtype=np.float64)
     e = np.asarray(max_execution_horizon, dtype=np.float64)
     w = np.ones_like(f) if weight is None else np.asarray(weight, dtype=np.float64)
+    m = np.ones_like(f) if count is None else np.asarray(count, dtype=np.float64)
     latency = np.asarray(latency_s, dtype=np.float64)
     n, sizes = f.size, latency.size
     b_values = np.arange(1, sizes + 1, dtype=np.float64)
@@ -81,7 +92,7 @@ def solve_fluid(
     base = 2 * n
     rows += [base + np.tile(np.arange(sizes), n), base + np.arange(sizes)]
     cols += [r_col.ravel(), nb_col]
-    vals += [np.ones(n * sizes), -b_values]
+    vals += [np.repeat(m, sizes), -b_values]
     rhs.append(np.zeros(sizes))
     # Rows: r_ib - n_b <= 0
     base += sizes
@@ -96,12 +107,20 @@ def solve_fluid(
     cols.append(nb_col)
     vals.append(latency)
     rhs.append(np.ones(1))
+    num_rows = base + 1
+    if min_total_actions_per_s is not None:
+        # -sum a_i <= -value
+        rows.append(np.full(n, num_rows))
+        cols.append(np.arange(n))
+        vals.append(-m)
+        rhs.append(np.array([-min_total_actions_per_s]))
+        num_rows += 1
     a_ub = sparse.csr_array(
         (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-        shape=(base + 1, num_vars),
+        shape=(num_rows, num_vars),
     )
     cost = np.zeros(num_vars)
-    cost[:n] = -w
+    cost[:n] = -w * m
     cost[nb_col] = gpu_cost * latency
     bounds = np.zeros((num_vars, 2))
     bounds[:, 1] = np.inf
@@ -114,4 +133,42 @@ def solve_fluid(
         actions_per_s=x[:n],
         chunks_per_s=x[n : n + n * sizes].reshape(n, sizes),
         batches_per_s=x[n + n * sizes :],
+    )
+
+
+@dataclass(frozen=True)
+class RobotClasses:
+    """Robots grouped by (rate, max horizon, smallest round-trip delay, weight)."""
+
+    control_hz: np.ndarray
+    max_execution_horizon: np.ndarray
+    delay_s: np.ndarray
+    weight: np.ndarray
+    count: np.ndarray
+
+    def solve(self, latency_s: np.ndarray, **options: object) -> FluidSolution:
+        """:func:`solve_fluid` over the classes (``options`` as there)."""
+        return solve_fluid(
+            self.control_hz,
+            self.max_execution_horizon,
+            self.delay_s,
+            latency_s,
+            count=self.count,
+            **options,  # type: ignore[arg-type]
+        )
+
+
+def robot_classes(robots: Sequence[RobotSpec]) -> RobotClasses:
+    """Group interchangeable robots, in order of first appearance."""
+    counts: dict[tuple[float, int, float, float], int] = {}
+    for r in robots:
+        key = (r.control_hz, r.max_execution_horizon, r.uplink.min_s + r.downlink.min_s, r.weight)
+        counts[key] = counts.get(key, 0) + 1
+    keys = np.array(list(counts), dtype=np.float64).reshape(-1, 4)
+    return RobotClasses(
+        control_hz=keys[:, 0],
+        max_execution_horizon=keys[:, 1],
+        delay_s=keys[:, 2],
+        weight=keys[:, 3],
+        count=np.array(list(counts.values()), dtype=np.float64),
     )

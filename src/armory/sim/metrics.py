@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -68,9 +67,6 @@ class SimReport:
     robots: list[RobotMetrics] = field(default_factory=list)
     timing: dict[str, float] = field(default_factory=dict)
     """Wall-clock measurements (vary between runs, unlike everything else)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 def jain_index(values: Sequence[float]) -> float:

@@ -164,9 +164,7 @@ class Simulator:
         if self._gpu_busy:
             return
         max_batch = self.fleet.max_batch_size
-        snapshot = self.mirror.snapshot(
-            now_s, self.server_profile.table(max_batch), max_batch
-        )
+        snapshot = self.mirror.snapshot(now_s, self.server_profile.table(max_batch), max_batch)
         if not snapshot.eligible.any():
             return
         started = time.perf_counter()
@@ -194,7 +192,7 @@ class Simulator:
             chunks.append((i, start, self._held_obs_time_s[i]))
         self._gpu_busy = True
         self.batch_sizes.append(size)
-        self.gpu_busy_s += latency_s
+        self.gpu_busy_s += max(0.0, min(latency_s, self.config.duration_s - now_s))
         self._push(now_s + latency_s, _Event.BATCH_DONE, (batch, latency_s, chunks))
 
     def _on_batch_done(self, t_s: float, payload: tuple) -> None:

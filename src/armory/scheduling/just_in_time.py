@@ -1,0 +1,116 @@
+"""just-in-time: Armory's default scheduler.
+
+Two regimes, told apart at every decision.
+
+Within capacity, serve each robot as late as it safely can. Robots are ordered
+by when their next chunk must have finished computing (deadline minus downlink,
+the *due* time). For each batch size ``b`` the scheduler imagines serving that
+order in back-to-back batches of ``b`` and adds up how late each robot's chunk
+would land, weighted by what the robot loses per second of starvation (weight x
+control rate). Among the sizes that make nobody late it takes the one that buys
+the most motion per GPU second (a chunk computed from an observation taken
+``age`` ago and landing after ``latency(b)`` adds ``E/f - latency(b) - age``
+seconds), and it starts that batch only at its *latest start*: the last moment
+at which every robot in the order is still on time. Serving late means the
+observation behind each chunk is fresh, the chunk wastes few of its actions on
+time already passed, and each robot needs fewer chunks per second, which leaves
+the GPU room for everyone else.
+
+Over capacity, somebody starves whatever is done, and the question becomes who
+and how efficiently. A chunk for robot i adds ``g_i = E_i/f_i - max(0,
+deadline_i - obs_time_i)`` seconds of motion (its horizon less the part of the
+old queue it overlaps), whatever batch it rides in; the scheduler sorts robots
+by ``weight_i * f_i * g_i`` (the weighted actions the chunk is worth) and takes
+the batch size whose prefix buys the most weighted actions per second of
+forward pass. Robots that have already run dry are worth a full chunk, robots
+with a long queue are worth little, and heavy robots come first: the shortage
+lands on the robots whose motion the fleet values least, in batches that use
+the GPU best.
+
+docs/scheduling.md gives the reasoning and the measured results.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from armory.scheduling.base import Scheduler
+from armory.scheduling.snapshot import Batch, Snapshot
+
+_DENSE_SIZES = 16
+"""Up to this max batch size every size is a candidate; past it a geometric subset."""
+
+
+def candidate_sizes(max_size: int) -> np.ndarray:
+    """Batch sizes to evaluate: all up to 16, then roughly geometric steps and the max."""
+    if max_size <= _DENSE_SIZES:
+        return np.arange(1, max_size + 1)
+    sizes = set(range(1, _DENSE_SIZES + 1))
+    size = _DENSE_SIZES
+    while size < max_size:
+        size = int(size * 1.5)
+        sizes.add(min(size, max_size))
+    sizes.add(max_size)
+    return np.array(sorted(sizes))
+
+
+class JustInTimeScheduler(Scheduler):
+    """Serve each robot as late as is safe while the fleet fits; under overload, spend
+    the GPU where a chunk buys the most weighted motion."""
+
+    name = "just-in-time"
+
+    def __init__(self, *, margin_s: float = 0.004, margin_ticks: float = 0.5) -> None:
+        # Safety margin added to every predicted finish: a fixed part (latency and
+        # network jitter) and a part in control ticks of the fastest robot
+        # (observations and actions happen on tick boundaries).
+        self.margin_s = margin_s
+        self.margin_ticks = margin_ticks
+
+    def schedule(self, snapshot: Snapshot) -> Batch:
+        """Called whenever the executor is free and at least one robot is eligible."""
+        s = snapshot
+        rows = np.flatnonzero(s.eligible)
+        if rows.size == 0:
+            return Batch(())
+        now = s.now_s
+        due = s.deadline_s[rows] - s.downlink_s[rows]
+        order = np.lexsort((s.contact_order[rows], due))
+        rows, due = rows[order], due[order]
+        value_per_s = s.weight[rows] * s.control_hz[rows]
+        latency = s.latency_table_s
+        sizes = candidate_sizes(min(s.max_batch_size, rows.size))
+        margin = self.margin_s + self.margin_ticks / float(np.max(s.control_hz[rows]))
+
+        # Back-to-back batches of each size over the due order: when each robot's chunk
+        # finishes computing, how late that is, and the latest start keeping all on time.
+        positions = np.arange(rows.size)
+        finish_s = (positions[None, :] // sizes[:, None] + 1) * latency[sizes][:, None]
+        lateness = np.maximum(0.0, now + finish_s + margin - due[None, :])
+        tardiness = np.round((lateness * value_per_s[None, :]).sum(axis=1), 9)
+        latest_start_s = (due[None, :] - finish_s).min(axis=1) - margin
+        if tardiness.min() > 0.0:
+            return self._overloaded(s)
+
+        # Motion per GPU second of each on-time size's first batch.
+        fresh_s = s.chunk_seconds()[rows] - s.downlink_s[rows] - (now - s.obs_time_s[rows])
+        gain_s = np.maximum(0.0, fresh_s[None, :] - latency[sizes][:, None])
+        in_batch = positions[None, :] < sizes[:, None]
+        efficiency = (gain_s * value_per_s[None, :] * in_batch).sum(axis=1) / latency[sizes]
+        efficiency[tardiness > 0.0] = -np.inf
+        best = int(np.argmax(efficiency))
+        if latest_start_s[best] > now:
+            return Batch((), wait_until_s=float(latest_start_s[best]))
+        return Batch(tuple(s.robot_id[rows[: sizes[best]]].tolist()))
+
+    def _overloaded(self, s: Snapshot) -> Batch:
+        """The batch that buys the most weighted actions per second of forward pass."""
+        rows = np.flatnonzero(s.eligible)
+        gain_s = s.chunk_seconds()[rows] - np.maximum(0.0, s.deadline_s[rows] - s.obs_time_s[rows])
+        worth = s.weight[rows] * s.control_hz[rows] * np.maximum(gain_s, 0.0)
+        order = np.lexsort((s.contact_order[rows], s.deadline_s[rows], -worth))
+        rows, worth = rows[order], worth[order]
+        sizes = candidate_sizes(min(s.max_batch_size, rows.size))
+        rate = np.cumsum(worth)[sizes - 1] / s.latency_table_s[sizes]
+        size = int(sizes[int(np.argmax(np.round(rate, 9)))])
+        return Batch(tuple(s.robot_id[rows[:size]].tolist()))
