@@ -1,0 +1,177 @@
+"""The ``armory`` command line: one frozen dataclass per subcommand, parsed by tyro.
+
+A new subcommand (``serve``, ``fleet``, ...) is a dataclass with a ``run()``
+method returning the exit status, added to :data:`Command`. Mistakes in what the
+user asked for (a bad fleet file, an unknown scheduler) end in one line on
+stderr and exit status 2; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import tyro
+import yaml
+from tqdm import tqdm
+
+from armory.scheduling.config import SchedulerConfig
+from armory.scheduling.registry import make_scheduler
+from armory.sim import sweep
+from armory.sim.bound import fleet_bound
+from armory.sim.simulator import SimConfig, simulate
+from armory.sim.table import format_report, format_sweep
+
+USAGE_ERROR = 2
+
+
+class UsageError(Exception):
+    """What the user asked for cannot be done; the message says why in one line."""
+
+
+@contextmanager
+def _usage_errors() -> Iterator[None]:
+    """Turn the errors of reading inputs and checking options into :class:`UsageError`."""
+    try:
+        yield
+    except (ValueError, OSError, yaml.YAMLError) as exc:
+        raise UsageError(" ".join(str(exc).split())) from exc
+
+
+@dataclass(frozen=True)
+class SchedulerOptions:
+    """Scheduler options beyond name and seed (see ``armory.scheduling.config``)."""
+
+    lookahead_horizon_s: float = SchedulerConfig.lookahead_horizon_s
+    """lookahead-actions: seconds of fleet motion each candidate is scored over."""
+    lookahead_depth: int = SchedulerConfig.lookahead_depth
+    """lookahead-actions: batches planned ahead (1 = score the next batch only)."""
+    lookahead_node_budget: int = SchedulerConfig.lookahead_node_budget
+    """lookahead-actions: most candidate plans scored per decision."""
+
+    def config(self, name: str, seed: int) -> SchedulerConfig:
+        return SchedulerConfig(name=name, seed=seed, **dataclasses.asdict(self))
+
+
+@dataclass(frozen=True)
+class Simulate:
+    """Run one fleet against one scheduler in virtual time; print per-robot and fleet metrics."""
+
+    fleet: Path
+    """Fleet file (.yaml, .yml or .json); see docs/fleet-file.md."""
+    scheduler: str = SchedulerConfig.name
+    """Scheduler name; an unknown one lists the valid names."""
+    duration_s: Annotated[float, tyro.conf.arg(aliases=("--duration",))] = 60.0
+    """Seconds of virtual time."""
+    seed: int = 0
+    """Seeds the network delays, start phases and the scheduler (if it draws numbers)."""
+    json_path: Annotated[Path | None, tyro.conf.arg(name="json", metavar="PATH")] = None
+    """Also write the full report here as JSON."""
+    bound: bool = True
+    """Compute the starvation bound (a linear program; slow for thousands of robots)."""
+    max_robot_rows: int = 40
+    """Print at most this many robots (the JSON report holds all)."""
+    scheduler_options: Annotated[SchedulerOptions, tyro.conf.OmitArgPrefixes] = SchedulerOptions()
+
+    def run(self) -> int:
+        with _usage_errors():
+            if not self.duration_s > 0:
+                raise ValueError(f"--duration-s must be > 0, got {self.duration_s}")
+            scheduler = make_scheduler(self.scheduler_options.config(self.scheduler, self.seed))
+            fleet = sweep.read_fleet(self.fleet)
+        report = simulate(fleet, scheduler, SimConfig(duration_s=self.duration_s, seed=self.seed))
+        if self.bound:
+            system = dataclasses.replace(report.system, bound_starvation=fleet_bound(fleet))
+            report = dataclasses.replace(report, system=system)
+        print(format_report(report, max_robot_rows=self.max_robot_rows))
+        if self.json_path is not None:
+            with _usage_errors():
+                self.json_path.parent.mkdir(parents=True, exist_ok=True)
+                self.json_path.write_text(json.dumps(dataclasses.asdict(report), indent=2) + "\n")
+            print(f"\nwrote {self.json_path}")
+        return 0
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """Run fleets x schedulers x seeds; write results.csv, results.json and one plot per family."""
+
+    fleets: tuple[Path, ...]
+    """Fleet files, or directories whose .yaml/.yml/.json files are all fleets."""
+    schedulers: tuple[str, ...]
+    """Scheduler names."""
+    out_dir: Annotated[Path, tyro.conf.arg(name="out")]
+    """Directory for results.csv, results.json and <family>.png."""
+    num_seeds: Annotated[int, tyro.conf.arg(name="seeds")] = 1
+    """Seeds 0 .. N-1 per fleet and scheduler."""
+    duration_s: Annotated[float, tyro.conf.arg(aliases=("--duration",))] = 60.0
+    """Seconds of virtual time per run."""
+    workers: int = 1
+    """Worker processes (results do not depend on it)."""
+    bound: bool = True
+    """Compute each fleet's starvation bound."""
+    scheduler_options: Annotated[SchedulerOptions, tyro.conf.OmitArgPrefixes] = SchedulerOptions()
+
+    def run(self) -> int:
+        with _usage_errors():
+            if not self.duration_s > 0:
+                raise ValueError(f"--duration-s must be > 0, got {self.duration_s}")
+            if self.num_seeds < 1:
+                raise ValueError(f"--seeds must be >= 1, got {self.num_seeds}")
+            if not self.fleets or not self.schedulers:
+                raise ValueError("--fleets and --schedulers each need at least one value")
+            if self.workers < 1:
+                raise ValueError(f"--workers must be >= 1, got {self.workers}")
+            configs = [self.scheduler_options.config(name, 0) for name in self.schedulers]
+            for config in configs:
+                make_scheduler(config)
+            fleets = sweep.load_fleets(self.fleets)
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+        total = len(fleets) * len(configs) * self.num_seeds
+        with tqdm(total=total, desc="sweep", unit="run", file=sys.stderr) as bar:
+            runs = sweep.run_grid(
+                fleets,
+                configs,
+                range(self.num_seeds),
+                duration_s=self.duration_s,
+                workers=self.workers,
+                with_bound=self.bound,
+                on_run=lambda _: bar.update(),
+            )
+        paths = sweep.write_outputs(runs, self.out_dir)
+        print(format_sweep(sweep.aggregate(runs)))
+        print()
+        for path in paths:
+            print(f"wrote {path}")
+        return 0
+
+
+Command = (
+    Annotated[Simulate, tyro.conf.subcommand("simulate")]
+    | Annotated[Sweep, tyro.conf.subcommand("sweep")]
+)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``armory`` script; returns the exit status."""
+    command = tyro.cli(
+        Command,  # type: ignore[arg-type]
+        args=argv,
+        prog="armory",
+        description="Armory: batched, queue-aware serving of one robot policy to many robots.",
+    )
+    try:
+        return command.run()
+    except UsageError as exc:
+        print(f"armory: error: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

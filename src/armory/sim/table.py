@@ -1,0 +1,96 @@
+"""Plain-text tables of simulation results, as `armory simulate` and `armory sweep` print them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from armory.sim.metrics import SimReport
+
+if TYPE_CHECKING:
+    from armory.sim.sweep import SweepCell
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Columns padded to their widest cell: the first left-aligned, the others right-aligned."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        if len(row) != len(headers):
+            raise ValueError(f"row {row!r} has {len(row)} cells for {len(headers)} headers")
+        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        first = cells[0].ljust(widths[0])
+        rest = (cell.rjust(w) for cell, w in zip(cells[1:], widths[1:], strict=True))
+        return "  ".join([first, *rest]).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(headers), rule, *(line(row) for row in rows)])
+
+
+def _percent(fraction: float | None) -> str:
+    return "-" if fraction is None else f"{100.0 * fraction:.1f}%"
+
+
+def format_robots(report: SimReport, *, max_rows: int = 40) -> str:
+    """One row per robot; past ``max_rows`` robots, a line saying how many were left out."""
+    headers = ("robot", "weight", "Hz", "starved", "actions/s", "inferences", "age ms")
+    rows = [
+        (
+            r.id,
+            f"{r.weight:g}",
+            f"{r.control_hz:g}",
+            _percent(r.starvation),
+            f"{r.actions_per_s:.2f}",
+            str(r.inferences),
+            f"{1e3 * r.mean_age_s:.0f}",
+        )
+        for r in report.robots[:max_rows]
+    ]
+    text = format_table(headers, rows)
+    left_out = len(report.robots) - len(rows)
+    if left_out > 0:
+        text += f"\n... {left_out} more robots (all of them are in the JSON report)"
+    return text
+
+
+def format_system(report: SimReport) -> str:
+    """The fleet-wide metrics, one ``name: value`` line each."""
+    s = report.system
+    lines = [
+        ("scheduler", report.scheduler),
+        ("fleet", f"{report.fleet} ({len(report.robots)} robots, {report.request_mode})"),
+        ("virtual time", f"{report.duration_s:g} s, seed {report.seed}"),
+        ("starvation", _percent(s.starvation)),
+        ("bound", _percent(s.bound_starvation) + " (least starvation any scheduler can reach)"),
+        ("throughput", f"{s.throughput_actions_per_s:.2f} actions/s"),
+        ("weighted throughput", f"{s.weighted_throughput:.2f}"),
+        ("Jain (starvation)", f"{s.jain_starvation:.3f}"),
+        ("mean batch size", f"{s.mean_batch_size:.2f} over {s.num_batches} batches"),
+        ("GPU utilization", _percent(s.gpu_utilization)),
+        ("freshness", f"{1e3 * s.mean_age_s:.0f} ms mean observation age per action"),
+    ]
+    width = max(len(name) for name, _ in lines)
+    return "\n".join(f"{name + ':':<{width + 1}} {value}" for name, value in lines)
+
+
+def format_report(report: SimReport, *, max_robot_rows: int = 40) -> str:
+    """The per-robot table, a blank line, then the system summary."""
+    return format_robots(report, max_rows=max_robot_rows) + "\n\n" + format_system(report)
+
+
+def format_sweep(cells: Sequence[SweepCell]) -> str:
+    """One row per (fleet, scheduler): means over seeds next to the fleet's bound."""
+    headers = ("fleet", "scheduler", "seeds", "starved", "bound", "weighted thr.")
+    rows = [
+        (
+            c.fleet,
+            c.scheduler,
+            str(c.num_seeds),
+            _percent(c.starvation),
+            _percent(c.bound_starvation),
+            f"{c.weighted_throughput:.2f}",
+        )
+        for c in cells
+    ]
+    return format_table(headers, rows)
