@@ -68,6 +68,7 @@ _INT_COLUMNS = (
     "min_execution_horizon",
     "max_execution_horizon",
     "obs_index",
+    "obs_chunk_start",
     "last_chunk_start",
     "ref_index",
     "queue_end",
@@ -110,6 +111,7 @@ class QueueMirror:
         self.active[row] = True
         self.has_obs[row] = False
         self.obs_index[row] = 0
+        self.obs_chunk_start[row] = NO_CHUNK
         self.obs_time_s[row] = now_s
         self.last_chunk_start[row] = NO_CHUNK
         self.ref_time_s[row] = now_s
@@ -140,13 +142,21 @@ class QueueMirror:
     # ---- events --------------------------------------------------------
 
     def observe(self, robot_id: int, report: QueueReport, now_s: float) -> bool:
-        """Called when an observation arrives. Returns False if it is older than the one held."""
+        """Called when an observation arrives. Returns False if it is older than the one held.
+
+        Reports are ordered by (action index, chunk start): a starving robot keeps its
+        index across a landing, and only the chunk start tells the later report apart.
+        """
         row = self._row_of[robot_id]
-        if self.has_obs[row] and report.action_index < self.obs_index[row]:
+        if self.has_obs[row] and (report.action_index, report.chunk_start) < (
+            self.obs_index[row],
+            self.obs_chunk_start[row],
+        ):
             return False
         taken_s = now_s - self.uplink_s[row]
         self.has_obs[row] = True
         self.obs_index[row] = report.action_index
+        self.obs_chunk_start[row] = report.chunk_start
         self.obs_time_s[row] = taken_s
         pending = [p for p in self._pending[row] if p[0] > report.chunk_start]
         self._pending[row] = pending

@@ -1,8 +1,11 @@
-"""The starvation bound: the least starvation any scheduler could reach on a fleet.
+"""The starvation bound: the least starvation a scheduler can reach on a fleet.
 
 It comes from the fluid relaxation of the fleet (:mod:`armory.sim.fluid`): the
 most actions per second the robots could execute, with every robot's links at
-the smallest delays they can produce. docs/scheduling.md derives the constraints.
+the smallest delays they can produce. docs/scheduling.md derives the constraints
+and states their one assumption: a robot's request windows do not overlap
+(a scheduler that pipelines requests for one robot while the GPU idles can beat
+it; on GPU-bound fleets none does).
 """
 
 from __future__ import annotations

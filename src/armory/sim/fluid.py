@@ -7,7 +7,7 @@ runs. With ``f_i`` the robot's rate, ``E_i`` its max execution horizon and
 
 - ``a_i <= f_i``                                  (a robot cannot outrun its clock)
 - ``a_i <= E_i * sum_b r_ib``                     (each chunk holds at most E_i actions)
-- ``2 a_i <= f_i + sum_b r_ib (E_i - f_i l_ib)``  (latency costs actions or ticks)
+- ``2 a_i <= f_i + sum_b r_ib (E_i - floor(f_i l_ib))``  (latency costs actions or ticks)
 - ``sum_i r_ib <= b n_b``, ``r_ib <= n_b``        (a batch of b serves b distinct robots)
 - ``sum_b n_b latency(b) <= 1``                   (one GPU)
 
@@ -72,7 +72,8 @@ def solve_fluid(
     l_ib = latency[None, :] + np.asarray(delay_s, dtype=np.float64)[:, None]
 
     # Rows 0..n-1:    a_i - E_i sum_b r_ib <= 0
-    # Rows n..2n-1: 2 a_i - sum_b r_ib (E_i - f_i l_ib) <= f_i
+    # Rows n..2n-1: 2 a_i - sum_b r_ib (E_i - floor(f_i l_ib)) <= f_i
+    # (a window of l seconds holds at least floor(f l) ticks)
     robot_rows = np.arange(n)
     rows = [
         robot_rows,
@@ -85,7 +86,7 @@ def solve_fluid(
         np.ones(n),
         -np.repeat(e, sizes),
         2.0 * np.ones(n),
-        -(e[:, None] - f[:, None] * l_ib).ravel(),
+        -(e[:, None] - np.floor(f[:, None] * l_ib + 1e-9)).ravel(),
     ]
     rhs = [np.zeros(n), f]
     # Rows 2n..2n+sizes-1: sum_i r_ib - b n_b <= 0

@@ -1,0 +1,249 @@
+"""LatencyProfile: interpolation, extrapolation, presets, validation, online learning."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from armory.engine.latency_profile import (
+    LatencyProfile,
+    LinearProfileConfig,
+    points_for,
+    preset_names,
+)
+
+
+def make_profile(points: dict[int, float] | None = None, **kwargs) -> LatencyProfile:
+    """A profile from ``points``; default two points, 0.1 s at 1 and 0.3 s at 3."""
+    return LatencyProfile({1: 0.1, 3: 0.3} if points is None else points, **kwargs)
+
+
+# ---- shape of the curve ---------------------------------------------------
+
+
+def test_configured_points_are_returned_exactly() -> None:
+    """At a configured size the latency is the configured value."""
+    profile = make_profile({1: 0.07, 2: 0.135, 4: 0.25})
+    assert profile.latency_s(1) == 0.07
+    assert profile.latency_s(2) == 0.135
+    assert profile.latency_s(4) == 0.25
+
+
+def test_interpolates_linearly_between_points() -> None:
+    """Between 1 -> 0.1 s and 3 -> 0.3 s, size 2 takes 0.2 s."""
+    assert make_profile().latency_s(2) == pytest.approx(0.2)
+    profile = make_profile({1: 0.1, 5: 0.5})
+    assert [profile.latency_s(b) for b in range(1, 6)] == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.5])
+
+
+def test_extrapolates_along_the_last_segment() -> None:
+    """Past the last point the line through the last two continues."""
+    profile = make_profile({1: 0.1, 2: 0.15, 4: 0.35})
+    assert profile.latency_s(5) == pytest.approx(0.45)
+    assert profile.latency_s(10) == pytest.approx(0.95)
+
+
+def test_extrapolation_never_decreases() -> None:
+    """A falling last segment extrapolates flat, never below the last point."""
+    profile = make_profile({1: 0.2, 2: 0.1})
+    assert profile.latency_s(5) == pytest.approx(0.1)
+
+
+def test_single_point_scales_proportionally() -> None:
+    """One point at size 2 -> 0.1 s: size 1 takes 0.05 s, size 4 takes 0.2 s."""
+    profile = make_profile({2: 0.1})
+    assert profile.latency_s(1) == pytest.approx(0.05)
+    assert profile.latency_s(2) == pytest.approx(0.1)
+    assert profile.latency_s(4) == pytest.approx(0.2)
+    assert profile.latency_s(40) == pytest.approx(2.0)
+
+
+def test_below_the_first_point_extends_the_first_segment() -> None:
+    """Points at 2 and 4 extend down to size 1 along their line."""
+    profile = make_profile({2: 0.1, 4: 0.2})
+    assert profile.latency_s(1) == pytest.approx(0.05)
+
+
+def test_below_the_first_point_never_drops_under_a_tenth() -> None:
+    """A steep first segment is floored at a tenth of the first point, keeping it positive."""
+    profile = make_profile({2: 0.1, 3: 0.5})
+    assert profile.latency_s(1) == pytest.approx(0.01)
+
+
+def test_latency_beyond_the_table_matches_the_extrapolation() -> None:
+    """Sizes inside and past the precomputed table agree with one line."""
+    profile = make_profile({1: 0.1, 3: 0.3})
+    assert [profile.latency_s(b) for b in (3, 4, 100)] == pytest.approx([0.3, 0.4, 10.0])
+
+
+# ---- presets --------------------------------------------------------------
+
+
+def test_l40s_pi05_preset() -> None:
+    """The original mock: 70, 135, 195, 250 ms, then +55 ms per robot."""
+    profile = LatencyProfile.from_preset("l40s-pi05")
+    assert profile.points() == {1: 0.070, 2: 0.135, 3: 0.195, 4: 0.250}
+    assert profile.latency_s(6) == pytest.approx(0.360)
+
+
+def test_l40s_pi05_paper_preset() -> None:
+    """The paper's figures: 73 ms at 1, 211 ms at 5, linear between and beyond."""
+    profile = LatencyProfile.from_preset("l40s-pi05-paper")
+    assert profile.points() == {1: 0.073, 5: 0.211}
+    assert profile.latency_s(3) == pytest.approx(0.142)
+    assert profile.latency_s(7) == pytest.approx(0.280)
+
+
+def test_linear_preset_is_intercept_plus_slope_times_size() -> None:
+    """linear gives a + b * B at every size, with defaults 50 ms + 10 ms per robot."""
+    default = LatencyProfile.from_preset("linear")
+    assert [default.latency_s(b) for b in range(1, 21)] == pytest.approx(
+        [0.05 + 0.01 * b for b in range(1, 21)]
+    )
+    custom = LatencyProfile.from_preset("linear", LinearProfileConfig(0.02, 0.005))
+    assert [custom.latency_s(b) for b in range(1, 33)] == pytest.approx(
+        [0.02 + 0.005 * b for b in range(1, 33)]
+    )
+
+
+def test_linear_with_zero_slope_is_flat() -> None:
+    """A zero slope costs the intercept at every size."""
+    profile = LatencyProfile.from_preset("linear", LinearProfileConfig(0.1, 0.0))
+    assert [profile.latency_s(b) for b in (1, 2, 9)] == pytest.approx([0.1, 0.1, 0.1])
+
+
+def test_preset_names_list_every_preset_and_linear() -> None:
+    """The two L40S presets and linear are valid names."""
+    assert set(preset_names()) == {"l40s-pi05", "l40s-pi05-paper", "linear"}
+
+
+def test_points_for_returns_a_copy() -> None:
+    """Editing the returned points does not change the preset."""
+    points = points_for("l40s-pi05")
+    points[1] = 9.0
+    assert points_for("l40s-pi05")[1] == 0.070
+
+
+def test_unknown_preset_error_lists_every_valid_name() -> None:
+    """An unknown preset raises ValueError naming it and every valid name."""
+    with pytest.raises(ValueError) as error:
+        LatencyProfile.from_preset("h100-nope")
+    message = str(error.value)
+    assert "'h100-nope'" in message
+    for name in preset_names():
+        assert name in message
+
+
+# ---- validation -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("points", "match"),
+    [
+        ({}, "at least one"),
+        ({0: 0.1}, "positive integer"),
+        ({-1: 0.1}, "positive integer"),
+        ({1.5: 0.1}, "positive integer"),
+        ({1: 0.0}, "positive"),
+        ({1: -0.1}, "positive"),
+        ({1: float("nan")}, "positive"),
+    ],
+)
+def test_invalid_points_are_rejected(points: dict, match: str) -> None:
+    """Empty points, non-positive or fractional sizes and non-positive latencies raise."""
+    with pytest.raises(ValueError, match=match):
+        LatencyProfile(points)
+
+
+def test_batch_size_below_one_is_rejected() -> None:
+    """Asking for the latency of an empty batch raises."""
+    with pytest.raises(ValueError, match="batch size"):
+        make_profile().latency_s(0)
+
+
+@pytest.mark.parametrize(("intercept_s", "slope_s"), [(0.0, 0.01), (-0.05, 0.01), (0.05, -0.01)])
+def test_linear_config_rejects_bad_parameters(intercept_s: float, slope_s: float) -> None:
+    """A linear profile needs intercept > 0 and slope >= 0; the error names both."""
+    with pytest.raises(ValueError) as error:
+        LinearProfileConfig(intercept_s=intercept_s, slope_s=slope_s)
+    assert f"intercept_s={intercept_s}" in str(error.value)
+    assert f"slope_s={slope_s}" in str(error.value)
+
+
+# ---- table ----------------------------------------------------------------
+
+
+def test_table_lists_sizes_zero_to_max() -> None:
+    """Entry 0 is 0.0, entry b the latency of a batch of b, as float64."""
+    profile = LatencyProfile.from_preset("l40s-pi05")
+    table = profile.table(6)
+    assert table.dtype == np.float64
+    assert table.shape == (7,)
+    np.testing.assert_allclose(table, [0.0, 0.070, 0.135, 0.195, 0.250, 0.305, 0.360])
+
+
+def test_table_of_size_one() -> None:
+    """A max batch of one gives two entries."""
+    np.testing.assert_allclose(make_profile().table(1), [0.0, 0.1])
+
+
+# ---- online learning ------------------------------------------------------
+
+
+def test_outliers_do_not_move_the_estimate() -> None:
+    """20 samples at 0.1 s and 3 stalls at 5 s leave the estimate at 0.1 s."""
+    profile = make_profile({1: 0.07})
+    for _ in range(10):
+        profile.observe(1, 0.1)
+    for _ in range(3):
+        profile.observe(1, 5.0)
+    for _ in range(10):
+        profile.observe(1, 0.1)
+    assert profile.latency_s(1) == pytest.approx(0.1)
+
+
+def test_a_lasting_change_is_learned() -> None:
+    """Once most of the window is slower the estimate follows."""
+    profile = make_profile({1: 0.07}, window=9)
+    for _ in range(9):
+        profile.observe(1, 0.1)
+    for _ in range(5):
+        profile.observe(1, 0.2)
+    assert profile.latency_s(1) == pytest.approx(0.2)
+
+
+def test_the_estimate_is_the_median_of_the_window() -> None:
+    """Only the last ``window`` samples count; their median replaces the configured value."""
+    profile = make_profile({1: 0.5}, window=3)
+    for seconds in (0.9, 0.1, 0.2, 0.3):  # 0.9 falls out of the window
+        profile.observe(1, seconds)
+    assert profile.latency_s(1) == pytest.approx(0.2)
+
+
+def test_sizes_without_samples_keep_their_configured_value() -> None:
+    """Observing size 1 leaves size 3 as configured and re-interpolates size 2."""
+    profile = make_profile({1: 0.1, 3: 0.3})
+    profile.observe(1, 0.2)
+    assert profile.latency_s(1) == pytest.approx(0.2)
+    assert profile.latency_s(3) == pytest.approx(0.3)
+    assert profile.latency_s(2) == pytest.approx(0.25)
+
+
+def test_observed_size_past_the_points_extends_the_curve() -> None:
+    """A sample at size 4 becomes a point; size 3 interpolates towards it."""
+    profile = make_profile({1: 0.1, 2: 0.2})
+    profile.observe(4, 0.5)
+    assert profile.points() == pytest.approx({1: 0.1, 2: 0.2, 4: 0.5})
+    assert profile.latency_s(3) == pytest.approx(0.35)
+    assert profile.latency_s(6) == pytest.approx(0.8)
+
+
+@pytest.mark.parametrize(
+    ("batch_size", "seconds"),
+    [(0, 0.1), (-2, 0.1), (1, 0.0), (1, -0.1), (1, float("nan")), (1, float("inf"))],
+)
+def test_invalid_samples_are_ignored(batch_size: int, seconds: float) -> None:
+    """Empty batches and non-positive or non-finite durations do not touch the estimate."""
+    profile = make_profile()
+    profile.observe(batch_size, seconds)
+    assert profile.points() == {1: 0.1, 3: 0.3}
