@@ -38,6 +38,8 @@ from armory.sim.simulator import SimConfig, simulate
 OURS = SchedulerConfig().name
 REFERENCE = "lookahead-actions"
 BOUND_TOLERANCE = 0.03
+THROUGHPUT_TOLERANCE = 1e-4
+"""Relative: equal weighted throughputs differ in the last digits of the float sums."""
 
 
 def _run(args: tuple[str, str, int, float]) -> tuple[str, str, int, float, float]:
@@ -98,7 +100,14 @@ def main() -> None:
         f"{args.duration:g} s virtual time each\n"
     )
     print(header)
-    summary = {"THR": 0, "BOUND": 0, "ZERO": 0, "cells": 0, "zero_cells": 0, "infeasible": 0}
+    summary: dict[str, int] = {
+        "THR": 0,
+        "BOUND": 0,
+        "ZERO": 0,
+        "cells": 0,
+        "zero_cells": 0,
+        "infeasible": 0,
+    }
     rows = []
     for path in paths:
         fleet = load_fleet(path)
@@ -108,16 +117,16 @@ def main() -> None:
         ours_starv, ours_thr = mean[OURS]
         others = [mean[n][1] for n in names if n != OURS]
         best_other = max(others)
-        thr_ok = ours_thr >= best_other - 1e-6
+        thr_ok = ours_thr >= best_other * (1 - THROUGHPUT_TOLERANCE)
         bound_ok = ours_starv <= bound + BOUND_TOLERANCE
         zero_ok = (not zero_required) or ours_starv == 0.0
         feasible = best_weighted_throughput_within(fleet, bound + BOUND_TOLERANCE) >= best_other
         summary["cells"] += 1
-        summary["THR"] += thr_ok
-        summary["BOUND"] += bound_ok
-        summary["zero_cells"] += zero_required
-        summary["ZERO"] += zero_required and zero_ok
-        summary["infeasible"] += not feasible
+        summary["THR"] += int(thr_ok)
+        summary["BOUND"] += int(bound_ok)
+        summary["zero_cells"] += int(zero_required)
+        summary["ZERO"] += int(zero_required and zero_ok)
+        summary["infeasible"] += int(not feasible)
         goals = " ".join(
             [
                 "THR" if thr_ok else "thr-miss",
@@ -135,8 +144,8 @@ def main() -> None:
             {
                 "fleet": fleet.name,
                 "bound_starvation": bound,
-                "zero_required": zero_required,
-                "feasible": feasible,
+                "zero_required": bool(zero_required),
+                "feasible": bool(feasible),
                 "schedulers": {
                     n: {"starvation": mean[n][0], "weighted_throughput": mean[n][1]} for n in names
                 },

@@ -60,12 +60,17 @@ class JustInTimeScheduler(Scheduler):
 
     name = "just-in-time"
 
-    def __init__(self, *, margin_s: float = 0.004, margin_ticks: float = 0.5) -> None:
+    def __init__(
+        self, *, margin_s: float = 0.004, margin_ticks: float = 0.5, overload_actions: float = 5.0
+    ) -> None:
         # Safety margin added to every predicted finish: a fixed part (latency and
         # network jitter) and a part in control ticks of the fastest robot
         # (observations and actions happen on tick boundaries).
         self.margin_s = margin_s
         self.margin_ticks = margin_ticks
+        # Overload: even the best back-to-back plan loses more than this many actions
+        # (weighted, in units of the heaviest robot's weight).
+        self.overload_actions = overload_actions
 
     def schedule(self, snapshot: Snapshot) -> Batch:
         """Called whenever the executor is free and at least one robot is eligible."""
@@ -89,17 +94,17 @@ class JustInTimeScheduler(Scheduler):
         lateness = np.maximum(0.0, now + finish_s + margin - due[None, :])
         tardiness = np.round((lateness * value_per_s[None, :]).sum(axis=1), 9)
         latest_start_s = (due[None, :] - finish_s).min(axis=1) - margin
-        if tardiness.min() > 0.0:
+        if tardiness.min() > self.overload_actions * float(np.max(s.weight[rows])):
             return self._overloaded(s)
 
-        # Motion per GPU second of each on-time size's first batch.
+        # The least late size; among equals, the most motion per GPU second in its first
+        # batch. It waits for its latest start only if it makes nobody late.
         fresh_s = s.chunk_seconds()[rows] - s.downlink_s[rows] - (now - s.obs_time_s[rows])
         gain_s = np.maximum(0.0, fresh_s[None, :] - latency[sizes][:, None])
         in_batch = positions[None, :] < sizes[:, None]
         efficiency = (gain_s * value_per_s[None, :] * in_batch).sum(axis=1) / latency[sizes]
-        efficiency[tardiness > 0.0] = -np.inf
-        best = int(np.argmax(efficiency))
-        if latest_start_s[best] > now:
+        best = int(np.lexsort((-efficiency, tardiness))[0])
+        if tardiness[best] == 0.0 and latest_start_s[best] > now:
             return Batch((), wait_until_s=float(latest_start_s[best]))
         return Batch(tuple(s.robot_id[rows[: sizes[best]]].tolist()))
 
