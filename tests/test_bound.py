@@ -12,9 +12,9 @@ import pytest
 
 from armory.engine.latency_profile import LatencyProfile
 from armory.fleet_spec import DelaySpec, FleetSpec, RobotGroup, RobotSpec, load_fleet
+from armory.scheduling.fluid import solve_fluid
 from armory.scheduling.registry import make_scheduler, scheduler_names
 from armory.sim.bound import fleet_bound, starvation_bound
-from armory.sim.fluid import solve_fluid
 from armory.sim.simulator import SimConfig, simulate
 
 PAPER_FLEETS = Path(__file__).resolve().parents[1] / "configs" / "fleets" / "paper"

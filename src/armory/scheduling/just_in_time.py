@@ -17,15 +17,21 @@ time already passed, and each robot needs fewer chunks per second, which leaves
 the GPU room for everyone else.
 
 Over capacity, somebody starves whatever is done, and the question becomes who
-and how efficiently. A chunk for robot i adds ``g_i = E_i/f_i - max(0,
-deadline_i - obs_time_i)`` seconds of motion (its horizon less the part of the
-old queue it overlaps), whatever batch it rides in; the scheduler sorts robots
-by ``weight_i * f_i * g_i`` (the weighted actions the chunk is worth) and takes
-the batch size whose prefix buys the most weighted actions per second of
-forward pass. Robots that have already run dry are worth a full chunk, robots
-with a long queue are worth little, and heavy robots come first: the shortage
-lands on the robots whose motion the fleet values least, in batches that use
-the GPU best.
+and how efficiently. The scheduler calls it overload when even the best
+back-to-back plan loses more than a few actions. It then asks the fluid
+optimum of the fleet (:mod:`armory.scheduling.fluid`, solved once per fleet
+composition and latency table) which batch sizes the best steady state uses. If
+that optimum serves robots one at a time, batching more would only lengthen
+everyone's wait, and the just-in-time rule above carries on. Otherwise a chunk
+for robot i adds ``g_i = E_i/f_i - max(0, deadline_i - obs_time_i)`` seconds
+of motion (its horizon less the part of the old queue it overlaps), whatever
+batch it rides in; the scheduler sorts robots by ``weight_i * f_i * g_i`` (the
+weighted actions the chunk is worth) and, among the sizes the optimum uses,
+takes the one whose prefix buys the most weighted actions per second of forward
+pass. Robots that have already run dry are worth a full chunk, robots with a
+long queue are worth little, and heavy robots come first: the shortage lands on
+the robots whose motion the fleet values least, in batches that use the GPU
+best.
 
 docs/scheduling.md gives the reasoning and the measured results.
 """
@@ -35,10 +41,17 @@ from __future__ import annotations
 import numpy as np
 
 from armory.scheduling.base import Scheduler
+from armory.scheduling.fluid import solve_fluid
 from armory.scheduling.snapshot import Batch, Snapshot
 
 _DENSE_SIZES = 16
 """Up to this max batch size every size is a candidate; past it a geometric subset."""
+
+_MIX_SHARE = 0.05
+"""A batch size the fluid optimum runs for less than this share of its batches is unused."""
+
+_MIX_CACHE_SIZE = 64
+"""Fleet compositions whose fluid optimum is remembered (the profile keeps learning)."""
 
 
 def candidate_sizes(max_size: int) -> np.ndarray:
@@ -71,6 +84,7 @@ class JustInTimeScheduler(Scheduler):
         # Overload: even the best back-to-back plan loses more than this many actions
         # (weighted, in units of the heaviest robot's weight).
         self.overload_actions = overload_actions
+        self._batch_mix: dict[bytes, np.ndarray] = {}
 
     def schedule(self, snapshot: Snapshot) -> Batch:
         """Called whenever the executor is free and at least one robot is eligible."""
@@ -95,7 +109,10 @@ class JustInTimeScheduler(Scheduler):
         tardiness = np.round((lateness * value_per_s[None, :]).sum(axis=1), 9)
         latest_start_s = (due[None, :] - finish_s).min(axis=1) - margin
         if tardiness.min() > self.overload_actions * float(np.max(s.weight[rows])):
-            return self._overloaded(s)
+            sizes_used = self._sizes_the_optimum_uses(s)
+            weights = s.weight[rows]
+            if sizes_used.max() > 1 or weights.max() > weights.min():
+                return self._overloaded(s, sizes_used)
 
         # The least late size; among equals, the most motion per GPU second in its first
         # batch. It waits for its latest start only if it makes nobody late.
@@ -108,14 +125,46 @@ class JustInTimeScheduler(Scheduler):
             return Batch((), wait_until_s=float(latest_start_s[best]))
         return Batch(tuple(s.robot_id[rows[: sizes[best]]].tolist()))
 
-    def _overloaded(self, s: Snapshot) -> Batch:
-        """The batch that buys the most weighted actions per second of forward pass."""
+    def _overloaded(self, s: Snapshot, sizes_used: np.ndarray) -> Batch:
+        """The batch, of a size the fluid optimum uses, that buys the most weighted
+        actions per second of forward pass."""
         rows = np.flatnonzero(s.eligible)
         gain_s = s.chunk_seconds()[rows] - np.maximum(0.0, s.deadline_s[rows] - s.obs_time_s[rows])
         worth = s.weight[rows] * s.control_hz[rows] * np.maximum(gain_s, 0.0)
         order = np.lexsort((s.contact_order[rows], s.deadline_s[rows], -worth))
         rows, worth = rows[order], worth[order]
-        sizes = candidate_sizes(min(s.max_batch_size, rows.size))
+        sizes = sizes_used[sizes_used <= rows.size]
+        if sizes.size == 0:
+            sizes = np.array([rows.size])
         rate = np.cumsum(worth)[sizes - 1] / s.latency_table_s[sizes]
         size = int(sizes[int(np.argmax(np.round(rate, 9)))])
         return Batch(tuple(s.robot_id[rows[:size]].tolist()))
+
+    def _sizes_the_optimum_uses(self, s: Snapshot) -> np.ndarray:
+        """Batch sizes of the fleet's fluid optimum (weighted, at the least GPU time),
+        cached per fleet composition and latency table."""
+        classes = np.stack(
+            [s.control_hz, s.max_execution_horizon, 2.0 * s.downlink_s, s.weight], axis=1
+        )
+        classes, counts = np.unique(np.round(classes, 6), axis=0, return_counts=True)
+        key = b"".join(
+            (classes.tobytes(), counts.tobytes(), np.round(s.latency_table_s, 3).tobytes())
+        )
+        sizes = self._batch_mix.get(key)
+        if sizes is None:
+            solution = solve_fluid(
+                classes[:, 0],
+                classes[:, 1],
+                classes[:, 2],
+                s.latency_table_s[1:],
+                weight=classes[:, 3],
+                count=counts,
+                gpu_cost=1e-3,
+            )
+            batches = solution.batches_per_s
+            sizes = np.flatnonzero(batches > _MIX_SHARE * max(batches.sum(), 1e-12)) + 1
+            sizes = candidate_sizes(s.max_batch_size) if sizes.size == 0 else sizes
+            if len(self._batch_mix) >= _MIX_CACHE_SIZE:
+                self._batch_mix.clear()
+            self._batch_mix[key] = sizes
+        return sizes

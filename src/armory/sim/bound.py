@@ -1,6 +1,6 @@
 """The starvation bound: the least starvation a scheduler can reach on a fleet.
 
-It comes from the fluid relaxation of the fleet (:mod:`armory.sim.fluid`): the
+It comes from the fluid relaxation of the fleet (:mod:`armory.scheduling.fluid`): the
 most actions per second the robots could execute, with every robot's links at
 the smallest delays they can produce. docs/scheduling.md derives the constraints
 and states their one assumption: a robot's request windows do not overlap
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from armory.engine.latency_profile import LatencyProfile
 from armory.fleet_spec import FleetSpec, RobotSpec
-from armory.sim.fluid import robot_classes
+from armory.scheduling.fluid import robot_classes
 
 
 def starvation_bound(
