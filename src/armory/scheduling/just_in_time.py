@@ -84,7 +84,7 @@ class JustInTimeScheduler(Scheduler):
         # Overload: even the best back-to-back plan loses more than this many actions
         # (weighted, in units of the heaviest robot's weight).
         self.overload_actions = overload_actions
-        self._batch_mix: dict[bytes, np.ndarray] = {}
+        self._batch_mix: dict[bytes, tuple[bool, np.ndarray]] = {}
 
     def schedule(self, snapshot: Snapshot) -> Batch:
         """Called whenever the executor is free and at least one robot is eligible."""
@@ -109,9 +109,9 @@ class JustInTimeScheduler(Scheduler):
         tardiness = np.round((lateness * value_per_s[None, :]).sum(axis=1), 9)
         latest_start_s = (due[None, :] - finish_s).min(axis=1) - margin
         if tardiness.min() > self.overload_actions * float(np.max(s.weight[rows])):
-            sizes_used = self._sizes_the_optimum_uses(s)
+            fleet_fits, sizes_used = self._fluid_optimum(s)
             weights = s.weight[rows]
-            if sizes_used.max() > 1 or weights.max() > weights.min():
+            if not fleet_fits and (sizes_used.max() > 1 or weights.max() > weights.min()):
                 return self._overloaded(s, sizes_used)
 
         # The least late size; among equals, the most motion per GPU second in its first
@@ -140,9 +140,10 @@ class JustInTimeScheduler(Scheduler):
         size = int(sizes[int(np.argmax(np.round(rate, 9)))])
         return Batch(tuple(s.robot_id[rows[:size]].tolist()))
 
-    def _sizes_the_optimum_uses(self, s: Snapshot) -> np.ndarray:
-        """Batch sizes of the fleet's fluid optimum (weighted, at the least GPU time),
-        cached per fleet composition and latency table."""
+    def _fluid_optimum(self, s: Snapshot) -> tuple[bool, np.ndarray]:
+        """Whether the fleet's fluid optimum (weighted, at the least GPU time) serves
+        every robot in full, and the batch sizes it uses; cached per fleet composition
+        and latency table."""
         classes = np.stack(
             [s.control_hz, s.max_execution_horizon, 2.0 * s.downlink_s, s.weight], axis=1
         )
@@ -150,8 +151,8 @@ class JustInTimeScheduler(Scheduler):
         key = b"".join(
             (classes.tobytes(), counts.tobytes(), np.round(s.latency_table_s, 3).tobytes())
         )
-        sizes = self._batch_mix.get(key)
-        if sizes is None:
+        cached = self._batch_mix.get(key)
+        if cached is None:
             solution = solve_fluid(
                 classes[:, 0],
                 classes[:, 1],
@@ -164,7 +165,8 @@ class JustInTimeScheduler(Scheduler):
             batches = solution.batches_per_s
             sizes = np.flatnonzero(batches > _MIX_SHARE * max(batches.sum(), 1e-12)) + 1
             sizes = candidate_sizes(s.max_batch_size) if sizes.size == 0 else sizes
+            fits = bool(np.all(solution.actions_per_s >= classes[:, 0] * (1.0 - 1e-6)))
             if len(self._batch_mix) >= _MIX_CACHE_SIZE:
                 self._batch_mix.clear()
-            self._batch_mix[key] = sizes
-        return sizes
+            cached = self._batch_mix[key] = (fits, sizes)
+        return cached
