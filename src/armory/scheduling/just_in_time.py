@@ -17,12 +17,14 @@ time already passed, and each robot needs fewer chunks per second, which leaves
 the GPU room for everyone else.
 
 Over capacity, somebody starves whatever is done, and the question becomes who
-and how efficiently. The scheduler calls it overload when even the best
-back-to-back plan loses more than a few actions. It then asks the fluid
-optimum of the fleet (:mod:`armory.scheduling.fluid`, solved once per fleet
-composition and latency table) which batch sizes the best steady state uses. If
-that optimum serves robots one at a time, batching more would only lengthen
-everyone's wait, and the just-in-time rule above carries on. Otherwise a chunk
+and how efficiently. The fleet is over capacity when its fluid optimum
+(:mod:`armory.scheduling.fluid`, solved once per fleet composition and latency
+table) cannot serve every robot in full; a transient burst on a fleet that fits
+stays with the rule above. Over capacity, once even the best back-to-back plan
+loses more than a few actions, the optimum also says which batch sizes the best
+steady state uses. If it serves robots one at a time and all weigh the same,
+batching more would only lengthen everyone's wait, and the just-in-time rule
+carries on. Otherwise a chunk
 for robot i adds ``g_i = E_i/f_i - max(0, deadline_i - obs_time_i)`` seconds
 of motion (its horizon less the part of the old queue it overlaps), whatever
 batch it rides in; the scheduler sorts robots by ``weight_i * f_i * g_i`` (the
@@ -144,15 +146,15 @@ class JustInTimeScheduler(Scheduler):
         """Whether the fleet's fluid optimum (weighted, at the least GPU time) serves
         every robot in full, and the batch sizes it uses; cached per fleet composition
         and latency table."""
-        classes = np.stack(
-            [s.control_hz, s.max_execution_horizon, 2.0 * s.downlink_s, s.weight], axis=1
-        )
-        classes, counts = np.unique(np.round(classes, 6), axis=0, return_counts=True)
-        key = b"".join(
-            (classes.tobytes(), counts.tobytes(), np.round(s.latency_table_s, 3).tobytes())
-        )
+        # A robot's rate, horizon, links and weight are fixed while it is connected, so
+        # the set of robots and the latency table identify the program.
+        key = b"".join((s.robot_id.tobytes(), np.round(s.latency_table_s, 3).tobytes()))
         cached = self._batch_mix.get(key)
         if cached is None:
+            classes = np.stack(
+                [s.control_hz, s.max_execution_horizon, 2.0 * s.downlink_s, s.weight], axis=1
+            )
+            classes, counts = np.unique(np.round(classes, 6), axis=0, return_counts=True)
             solution = solve_fluid(
                 classes[:, 0],
                 classes[:, 1],
