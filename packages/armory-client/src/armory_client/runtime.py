@@ -1,0 +1,374 @@
+"""The robot runtime: plays an action queue at `control_hz` and asks a policy server
+for chunks, in one of the request modes, without ever blocking its ticks.
+
+Each tick (at ``t0 + n / control_hz`` on a monotonic clock, so timing never
+drifts) the runtime
+
+1. pops the next queued action and sends it to the robot (nothing on a starved tick);
+2. asks the request mode whether to send an observation now; if so it takes one
+   from the robot, attaches the queue state (`RobotState`) and sends it from a
+   background task, or, while a request is in flight, keeps it as the newest
+   waiting observation, sent when the reply lands if the mode still wants it.
+
+A reply is applied with the replace-from-index rule (`ActionQueue.apply`) at
+the chunk start the server names (an upstream openpi server names none: the
+index the observation was sent with). A tick that runs more than a full period
+late skips the missed slots (counted) rather than playing actions in a burst.
+
+Request errors (timeouts, lost connections, server error messages, malformed
+replies) are counted and logged, and the robot carries on with its queue; an
+observation the codec cannot encode or a refused handshake (e.g. a wrong API
+key) cannot fix itself, so it stops the runtime and `run` raises it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
+
+import numpy as np
+
+from armory_client.action_queue import ActionQueue
+from armory_client.codec import packb
+from armory_client.errors import ArmoryClientError, HandshakeRejected
+from armory_client.queue_state import RobotState, attach
+from armory_client.reply_state import ReplyState, parse_reply
+from armory_client.request_modes import RoundTripEstimate, SendState, make_request_mode
+from armory_client.robot import Robot
+from armory_client.runtime_stats import RequestRecord, RuntimeStats, RuntimeSummary, TickRecord
+
+__all__ = ["InferClient", "RobotRuntime", "RuntimeConfig"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeConfig:
+    """One robot's runtime settings (checked on construction)."""
+
+    robot_id: str
+    """Stable name of the robot, unique within the fleet."""
+    control_hz: float
+    """Ticks (actions) per second."""
+    max_execution_horizon: int
+    """Most actions of a chunk played (the rest are discarded)."""
+    min_execution_horizon: int = 1
+    """Fewest actions of a chunk played before a new one may replace it."""
+    weight: float = 1.0
+    """Relative priority of this robot when the server is short of capacity."""
+    # Requests
+    request_mode: str = "directed"
+    """``every-tick``, ``threshold`` or ``directed`` (see `request_modes`)."""
+    threshold_margin_s: float = 0.05
+    """Threshold (and directed fallback): added to the measured round trip."""
+    round_trip_smoothing: float = 0.25
+    """Weight of the newest sample in the round-trip moving average."""
+    # Run
+    duration_s: float | None = None
+    """Stop after this long (tick slots / control_hz); None runs until `stop`."""
+    history_len: int = 10_000
+    """Newest tick and request records kept (the summary covers the whole run)."""
+
+    def __post_init__(self) -> None:
+        # RobotState checks the fields it shares with the config.
+        self.robot_state(action_index=0, actions_left=0, chunk_start=None)
+        make_request_mode(self.request_mode, margin_s=self.threshold_margin_s)
+        RoundTripEstimate(smoothing=self.round_trip_smoothing)
+        if self.duration_s is not None and not (
+            math.isfinite(self.duration_s) and self.duration_s > 0
+        ):
+            raise ValueError(f"duration_s must be finite and > 0 (or None), got {self.duration_s}")
+        if not isinstance(self.history_len, int) or self.history_len < 0:
+            raise ValueError(f"history_len must be an int >= 0, got {self.history_len!r}")
+
+    def robot_state(self, **fields: Any) -> RobotState:
+        """A `RobotState` of this robot with the given per-observation fields."""
+        return RobotState(
+            robot_id=self.robot_id,
+            control_hz=self.control_hz,
+            min_execution_horizon=self.min_execution_horizon,
+            max_execution_horizon=self.max_execution_horizon,
+            weight=self.weight,
+            **fields,
+        )
+
+
+class InferClient(Protocol):
+    """What the runtime needs of a policy client (`AsyncPolicyClient` is one)."""
+
+    async def connect(self) -> Any:
+        """Called once, before the first tick."""
+        ...
+
+    async def infer(self, obs: Mapping[str, Any]) -> dict[str, Any]:
+        """Called from a background task for each observation sent; returns the reply map."""
+        ...
+
+    async def close(self) -> None:
+        """Called once, when the runtime stops."""
+        ...
+
+
+class RobotRuntime:
+    """Drives one robot against one policy client; `run` once, `stop` from any task."""
+
+    def __init__(
+        self,
+        robot: Robot,
+        client: InferClient,
+        config: RuntimeConfig,
+        *,
+        # Time (injected by tests)
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    ) -> None:
+        self.config = config
+        self.queue = ActionQueue(
+            max_execution_horizon=config.max_execution_horizon,
+            min_execution_horizon=config.min_execution_horizon,
+        )
+        self.mode = make_request_mode(config.request_mode, margin_s=config.threshold_margin_s)
+        self.round_trip = RoundTripEstimate(smoothing=config.round_trip_smoothing)
+        self.stats = RuntimeStats(history_len=config.history_len)
+        self.episode_id = 0
+        self._robot = robot
+        self._client = client
+        self._clock = clock
+        self._sleep = sleep
+        # Request state
+        self._observation_step = 0
+        self._next_request_index: int | None = None
+        self._pending: tuple[int, dict[str, Any]] | None = None
+        self._request: asyncio.Task[None] | None = None
+        self._consecutive_errors = 0
+        # Run state
+        self._started = False
+        self._stopping = False
+        self._sleeper: asyncio.Future[Any] | None = None
+        self._failure: BaseException | None = None
+
+    # ---- control ---------------------------------------------------------
+
+    async def run(self) -> RuntimeSummary:
+        """Connect, tick until `stop` or `duration_s`, then cancel the request in flight
+        and close the client; returns the summary."""
+        if self._started:
+            raise RuntimeError("a RobotRuntime runs once; make a new one")
+        self._started = True
+        try:
+            await self._client.connect()
+            await self._tick_loop()
+        finally:
+            await self._shut_down()
+        if self._failure is not None:
+            raise self._failure
+        return self.summary()
+
+    def stop(self) -> None:
+        """Ask the running loop to stop (at once, even mid-sleep); safe to call twice."""
+        self._stopping = True
+        if self._sleeper is not None:
+            self._sleeper.cancel()
+
+    def new_episode(self) -> None:
+        """Start a new episode: the queue empties and its index restarts at 0; a reply
+        to an earlier episode's observation is discarded when it lands."""
+        self.queue.reset()
+        self.episode_id += 1
+        self._observation_step = 0
+        self._next_request_index = None
+        self._pending = None
+
+    def summary(self) -> RuntimeSummary:
+        """The run so far."""
+        return self.stats.summary(self.queue, control_hz=self.config.control_hz)
+
+    @property
+    def in_flight(self) -> bool:
+        """Whether a request awaits its reply."""
+        return self._request is not None
+
+    # ---- ticks -----------------------------------------------------------
+
+    async def _tick_loop(self) -> None:
+        """Run ticks on the grid ``t0 + n / control_hz`` until stopped."""
+        hz = self.config.control_hz
+        duration_s = self.config.duration_s
+        num_slots = None if duration_s is None else max(1, math.ceil(duration_s * hz - 1e-9))
+        t0_s = self._clock()
+        n = 0
+        while not self._stopping and (num_slots is None or n < num_slots):
+            late_s = self._clock() - (t0_s + n / hz)
+            if late_s < 0:
+                await self._sleep_for(-late_s)
+                if self._stopping:
+                    break
+            elif late_s * hz >= 1:
+                # A full period late or more: skip to the slot now due.
+                due = max(n + 1, math.floor((self._clock() - t0_s) * hz))
+                if num_slots is not None:
+                    due = min(due, num_slots)
+                self.stats.num_missed_ticks += due - n
+                n = due
+                continue
+            self._tick(n)
+            n += 1
+
+    async def _sleep_for(self, delay_s: float) -> None:
+        """Sleep with the injected sleep, in a task `stop` can cancel."""
+        sleeper = asyncio.ensure_future(self._sleep(delay_s))
+        self._sleeper = sleeper
+        try:
+            await asyncio.wait({sleeper})
+        finally:
+            self._sleeper = None
+            sleeper.cancel()
+        if not sleeper.cancelled():
+            sleeper.result()
+
+    def _tick(self, n: int) -> None:
+        """One tick: play the next action, then maybe send an observation."""
+        counted = self.queue.chunk_start is not None
+        action = self.queue.pop()
+        if action is not None:
+            self._robot.send_action(action)
+        self.stats.on_tick(
+            TickRecord(
+                tick=n,
+                action_index=self.queue.action_index,
+                actions_left=self.queue.actions_left,
+                starved=counted and action is None,
+            )
+        )
+        if self.mode.should_send(self._send_state()):
+            obs = self._robot.get_observation()
+            if self._request is None:
+                self._send(obs)
+            else:
+                self._pending = (self.queue.action_index, obs)
+
+    def _send_state(self) -> SendState:
+        """What the request mode sees now."""
+        return SendState(
+            action_index=self.queue.action_index,
+            actions_left=self.queue.actions_left,
+            chunk_start=self.queue.chunk_start,
+            control_hz=self.config.control_hz,
+            min_execution_horizon=self.config.min_execution_horizon,
+            in_flight=self._request is not None,
+            round_trip_s=self.round_trip.value_s,
+            next_request_index=self._next_request_index,
+        )
+
+    # ---- requests ----------------------------------------------------------
+
+    def _send(self, obs: Mapping[str, Any]) -> None:
+        """Attach the queue state as it is now and send `obs` from a background task."""
+        assert self._request is None, "one request in flight at a time"
+        state = self.config.robot_state(
+            action_index=self.queue.action_index,
+            actions_left=self.queue.actions_left,
+            chunk_start=self.queue.chunk_start,
+            episode_id=self.episode_id,
+            observation_step=self._observation_step,
+            round_trip_s=self.round_trip.value_s,
+        )
+        self._observation_step += 1
+        self._request = asyncio.create_task(self._request_chunk(attach(obs, state), state))
+
+    async def _request_chunk(self, payload: dict[str, Any], sent: RobotState) -> None:
+        """The background task of one request: send, await the reply, apply it."""
+        try:
+            record = await self._exchange(payload, sent)
+        except asyncio.CancelledError:
+            self._request = None
+            raise
+        except Exception as exc:
+            self._request = None
+            self._failure = exc
+            self.stop()
+            return
+        self._request = None
+        self.stats.on_finish(record)
+        self._send_pending()
+
+    async def _exchange(self, payload: dict[str, Any], sent: RobotState) -> RequestRecord:
+        """Send `payload` and land its reply; request errors become an ``error`` record.
+
+        Raises what cannot fix itself: a CodecError for an observation that cannot be
+        encoded, HandshakeRejected for a refused connection.
+        """
+        # Packed here only to measure it: the client packs it again to send.
+        bytes_sent = len(packb(payload))
+        self.stats.on_send(bytes_sent)
+        record = functools.partial(
+            RequestRecord,
+            action_index=sent.action_index,
+            episode_id=sent.episode_id,
+            bytes_sent=bytes_sent,
+        )
+        start_s = self._clock()
+        round_trip_s: float | None = None
+        try:
+            reply = await self._client.infer(payload)
+            round_trip_s = self._clock() - start_s
+            self.round_trip.update(round_trip_s)
+            actions, reply_state = parse_reply(reply, sent_index=sent.action_index)
+        except HandshakeRejected:
+            raise
+        except ArmoryClientError as exc:
+            self._on_error(exc)
+            return record(
+                round_trip_s=round_trip_s,
+                outcome="error",
+                actions_gained=0,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+        if self._consecutive_errors:
+            logger.info("%s: requests succeed again", self.config.robot_id)
+            self._consecutive_errors = 0
+        outcome, gained = self._land(actions, reply_state, sent)
+        return record(round_trip_s=round_trip_s, outcome=outcome, actions_gained=gained)
+
+    def _land(self, actions: np.ndarray, reply: ReplyState, sent: RobotState) -> tuple[str, int]:
+        """Apply a chunk answering the observation `sent`; returns (outcome, actions gained)."""
+        if sent.episode_id != self.episode_id:
+            return "stale-episode", 0
+        num_dropped = self.queue.num_chunks_dropped
+        gained = self.queue.apply(actions, reply.chunk_start)
+        if self.queue.num_chunks_dropped > num_dropped:
+            return "dropped", 0
+        self._next_request_index = reply.next_request_index
+        return "applied", gained
+
+    def _send_pending(self) -> None:
+        """After a reply: send the newest waiting observation if the mode still wants it."""
+        pending, self._pending = self._pending, None
+        if pending is None or self._stopping or not self.mode.should_send(self._send_state()):
+            return
+        action_index, obs = pending
+        # Ticks replace the waiting observation and only ticks move the index.
+        assert action_index == self.queue.action_index, (action_index, self.queue.action_index)
+        self._send(obs)
+
+    def _on_error(self, exc: ArmoryClientError) -> None:
+        """Log a failed request (a warning for the first of a run of failures)."""
+        self._consecutive_errors += 1
+        log = logger.warning if self._consecutive_errors == 1 else logger.debug
+        log("%s: request failed (%s: %s)", self.config.robot_id, type(exc).__name__, exc)
+
+    async def _shut_down(self) -> None:
+        """Stop ticking, cancel the request in flight and close the client."""
+        self._stopping = True
+        while (task := self._request) is not None:
+            task.cancel()
+            await asyncio.wait({task})
+            if self._request is task:
+                self._request = None
+        await self._client.close()
