@@ -16,8 +16,8 @@ import yaml
 
 from armory.engine.latency_profile import LatencyProfile, LinearProfileConfig, points_for
 
-RequestMode = Literal["every-tick", "threshold"]
-REQUEST_MODES: tuple[str, ...] = ("every-tick", "threshold")
+RequestMode = Literal["every-tick", "threshold", "directed"]
+REQUEST_MODES: tuple[str, ...] = ("every-tick", "threshold", "directed")
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,8 @@ class FleetSpec:
     """Relative jitter of each forward pass: uniform in ``[1 - j, 1 + j]`` times the profile."""
     request_mode: RequestMode = "every-tick"
     threshold_margin_s: float = 0.05
-    """Threshold mode: send when the queue runs dry within the round trip plus this margin."""
+    """Threshold mode: send when the queue runs dry within the round trip plus this margin.
+    Directed mode: the margin the server adds to the lead it asks for."""
 
     def __post_init__(self) -> None:
         if self.request_mode not in REQUEST_MODES:

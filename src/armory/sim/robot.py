@@ -119,6 +119,14 @@ class SimRobot:
         to_min_horizon = self.chunk_start + self.spec.min_execution_horizon - self.action_index
         return self.last_tick + max(1, to_threshold, to_min_horizon)
 
+    def next_directed_send_tick(self, send_index: int | None) -> int:
+        """Directed mode: the tick at which the action index reaches the server's
+        ``send_index`` (the next tick if it already has, or if the queue runs dry first)."""
+        if self.first_land_s is None or send_index is None:
+            return self.last_tick + 1
+        reachable = min(send_index, self.queue_end)
+        return self.last_tick + max(1, reachable - self.action_index)
+
     def record_round_trip(self, seconds: float) -> None:
         """Exponential moving average of measured request-to-chunk times."""
         if self.round_trip_s is None:

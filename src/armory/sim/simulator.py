@@ -21,6 +21,7 @@ from enum import IntEnum
 import numpy as np
 
 from armory.engine.queue_mirror import QueueMirror, QueueReport, RobotLimits
+from armory.engine.session import directed_send_index
 from armory.fleet_spec import DelaySpec, FleetSpec
 from armory.scheduling.base import Scheduler
 from armory.scheduling.snapshot import check_batch
@@ -64,19 +65,20 @@ class Simulator:
         self._true_profile = fleet.profile()
         self.server_profile = fleet.profile()
         self.mirror = QueueMirror(capacity=len(specs))
-        for i, spec in enumerate(specs):
-            self.mirror.add(
-                i,
-                RobotLimits(
-                    control_hz=spec.control_hz,
-                    min_execution_horizon=spec.min_execution_horizon,
-                    max_execution_horizon=spec.max_execution_horizon,
-                    weight=spec.weight,
-                    uplink_s=spec.uplink.median_s,
-                    downlink_s=spec.downlink.median_s,
-                ),
-                now_s=0.0,
+        self._limits = [
+            RobotLimits(
+                control_hz=spec.control_hz,
+                min_execution_horizon=spec.min_execution_horizon,
+                max_execution_horizon=spec.max_execution_horizon,
+                weight=spec.weight,
+                uplink_s=spec.uplink.median_s,
+                downlink_s=spec.downlink.median_s,
             )
+            for spec in specs
+        ]
+        for i, limits in enumerate(self._limits):
+            self.mirror.add(i, limits, now_s=0.0)
+        self._recent_batch_size = 1.0
         self._held_obs_time_s = [0.0] * len(specs)
         self._heap: list[tuple[float, int, int, object]] = []
         self._seq = 0
@@ -136,16 +138,21 @@ class Simulator:
         arrive_s = t_s + self._delay_s(robot.spec.uplink)
         self._push(arrive_s, _Event.OBS_ARRIVE, (i, robot.report(), t_s))
 
-    def _on_land(self, t_s: float, payload: tuple[int, int, float]) -> None:
-        i, start, obs_time_s = payload
+    def _on_land(self, t_s: float, payload: tuple[int, int, float, int | None]) -> None:
+        i, start, obs_time_s, send_index = payload
         robot = self.robots[i]
         robot.apply_chunk(t_s, start, obs_time_s)
-        if self.fleet.request_mode == "threshold":
-            # One request is in flight at a time: this chunk answers it.
-            robot.request_in_flight = False
-            robot.record_round_trip(t_s - obs_time_s)
+        mode = self.fleet.request_mode
+        if mode == "every-tick":
+            return
+        # One request is in flight at a time: this chunk answers it.
+        robot.request_in_flight = False
+        robot.record_round_trip(t_s - obs_time_s)
+        if mode == "threshold":
             n = robot.next_threshold_send_tick(self.fleet.threshold_margin_s)
-            self._push(robot.tick_time_s(n), _Event.TICK, i)
+        else:
+            n = robot.next_directed_send_tick(send_index)
+        self._push(robot.tick_time_s(n), _Event.TICK, i)
 
     # ---- server --------------------------------------------------------
 
@@ -200,11 +207,28 @@ class Simulator:
         self._gpu_busy = False
         self.server_profile.observe(len(batch.robot_ids), latency_s)
         self.scheduler.on_batch_done(batch, latency_s)
+        self._recent_batch_size += 0.25 * (len(batch.robot_ids) - self._recent_batch_size)
         for i, start, obs_time_s in chunks:
             robot = self.robots[i]
             land_s = t_s + self._delay_s(robot.spec.downlink)
-            self._push(land_s, _Event.LAND, (i, start, obs_time_s))
+            send_index = None
+            if self.fleet.request_mode == "directed":
+                send_index = directed_send_index(start, self._limits[i], self._directed_lead_s(i))
+            self._push(land_s, _Event.LAND, (i, start, obs_time_s, send_index))
         self._try_schedule(t_s)
+
+
+    def _directed_lead_s(self, i: int) -> float:
+        """Seconds of motion a directed robot should still hold when it sends: both links,
+        two forward passes at the recent batch size and the margin (as the server does)."""
+        limits = self._limits[i]
+        size = max(1, min(round(self._recent_batch_size), self.fleet.max_batch_size))
+        return (
+            limits.uplink_s
+            + limits.downlink_s
+            + 2 * self.server_profile.latency_s(size)
+            + self.fleet.threshold_margin_s
+        )
 
 
 def simulate(fleet: FleetSpec, scheduler: Scheduler, config: SimConfig | None = None) -> SimReport:
