@@ -13,6 +13,16 @@ if [ -d "$client" ]; then
   if [ -d "$client/tests" ]; then suites+=("$client/tests"); fi
 fi
 .venv/bin/pip install -q "${installs[@]}"
+# The unmodified PyPI openpi-client (0.1.2 needs numpy<2) lives in its own venv for the
+# compatibility test (tests/test_openpi_server_upstream.py). Created once; if it cannot be
+# installed (e.g. offline), that test is skipped with the reason.
+openpi_venv=.venv-openpi
+if ! "$openpi_venv/bin/python" -c 'import openpi_client.websocket_client_policy' 2>/dev/null; then
+  # typing_extensions: imported by openpi-client 0.1.2 but not declared by it.
+  { [ -x "$openpi_venv/bin/python" ] || python3 -m venv "$openpi_venv"; } &&
+    "$openpi_venv/bin/pip" install -q 'openpi-client==0.1.2' typing_extensions ||
+    echo "test.sh: could not install openpi-client into $openpi_venv; its test will be skipped" >&2
+fi
 .venv/bin/ruff check .
 status=0
 .venv/bin/pytest "${suites[@]}" "$@" || status=$?

@@ -1,6 +1,6 @@
 """The ``armory`` command line: one frozen dataclass per subcommand, parsed by tyro.
 
-A new subcommand (``serve``, ``fleet``, ...) is a dataclass with a ``run()``
+A new subcommand (``fleet``, ...) is a dataclass with a ``run()``
 method returning the exit status, added to :data:`Command`. Mistakes in what the
 user asked for (a bad fleet file, an unknown scheduler) end in one line on
 stderr and exit status 2; anything else is a bug and keeps its traceback.
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -21,6 +23,9 @@ import tyro
 import yaml
 from tqdm import tqdm
 
+from armory.engine.config import ServerConfig
+from armory.policies.config import PolicyConfig, make_policy
+from armory.policies.mock import MockPolicyConfig
 from armory.scheduling.config import SchedulerConfig
 from armory.scheduling.registry import make_scheduler
 from armory.sim import sweep
@@ -152,9 +157,70 @@ class Sweep:
         return 0
 
 
+API_KEY_ENV = "ARMORY_API_KEY"
+
+
+@dataclass(frozen=True)
+class Serve:
+    """Serve a policy to many robots over the openpi WebSocket protocol, batched and scheduled."""
+
+    host: str = "127.0.0.1"
+    """Address to bind; 127.0.0.1 unless robots connect from other machines."""
+    port: int = 8000
+    """Port of the WebSocket (and of GET /healthz); 0 picks a free one."""
+    api_key: str | None = None
+    """Require 'Authorization: Api-Key <key>' (default: $ARMORY_API_KEY if set)."""
+    seed: int = 0
+    """Seeds schedulers that draw random numbers."""
+    log_level: str = "INFO"
+    """Logging level of the server (DEBUG, INFO, WARNING, ERROR)."""
+    server: ServerConfig = dataclasses.field(default_factory=ServerConfig)
+    scheduler_options: Annotated[SchedulerOptions, tyro.conf.OmitArgPrefixes] = SchedulerOptions()
+    policy: PolicyConfig = dataclasses.field(default_factory=MockPolicyConfig)
+
+    def run(self) -> int:
+        with _usage_errors():
+            if not 0 <= self.port <= 65535:
+                raise ValueError(f"--port must be in 0..65535, got {self.port}")
+            level = logging.getLevelName(self.log_level.upper())
+            if not isinstance(level, int):
+                raise ValueError(f"--log-level {self.log_level!r} is not a logging level")
+            scheduler = make_scheduler(
+                self.scheduler_options.config(self.server.scheduler, self.seed)
+            )
+            try:
+                from armory.serve import ArmoryServer, run_server
+            except ModuleNotFoundError as exc:
+                if exc.name != "armory_client":
+                    raise
+                raise ValueError(
+                    "armory serve needs the armory-client package: "
+                    "pip install -e packages/armory-client"
+                ) from exc
+            policy = make_policy(self.policy)
+        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        if level > logging.DEBUG:  # websockets logs every connection at INFO
+            logging.getLogger("websockets").setLevel(max(level, logging.WARNING))
+        server = ArmoryServer(
+            policy,
+            self.server,
+            host=self.host,
+            port=self.port,
+            api_key=self.api_key or os.environ.get(API_KEY_ENV) or None,
+            scheduler=scheduler,
+        )
+        try:
+            return run_server(server)
+        except OSError as exc:  # e.g. the port is taken
+            raise UsageError(
+                f"cannot serve on {self.host}:{self.port}: {exc.strerror or exc}"
+            ) from exc
+
+
 Command = (
     Annotated[Simulate, tyro.conf.subcommand("simulate")]
     | Annotated[Sweep, tyro.conf.subcommand("sweep")]
+    | Annotated[Serve, tyro.conf.subcommand("serve")]
 )
 
 

@@ -133,6 +133,19 @@ class QueueMirror:
         self.active[last] = False
         self._num_rows -= 1
 
+    def update_limits(self, robot_id: int, limits: RobotLimits) -> None:
+        """Called when a connected robot declares new limits (or its link estimate moves).
+
+        The queue state is kept; the next event uses the new values.
+        """
+        row = self._row_of[robot_id]
+        self.control_hz[row] = limits.control_hz
+        self.weight[row] = limits.weight
+        self.uplink_s[row] = limits.uplink_s
+        self.downlink_s[row] = limits.downlink_s
+        self.min_execution_horizon[row] = limits.min_execution_horizon
+        self.max_execution_horizon[row] = limits.max_execution_horizon
+
     def __contains__(self, robot_id: int) -> bool:
         return robot_id in self._row_of
 
@@ -206,6 +219,18 @@ class QueueMirror:
 
     def deadline_of(self, robot_id: int) -> float:
         return float(self.deadline_s[self._row_of[robot_id]])
+
+    def is_eligible(self, robot_id: int) -> bool:
+        """Whether the robot's held observation may go into a batch (as in :meth:`snapshot`)."""
+        row = self._row_of[robot_id]
+        return bool(
+            self.has_obs[row]
+            and self.obs_index[row] - self.last_chunk_start[row] >= self.min_execution_horizon[row]
+        )
+
+    def last_chunk_start_of(self, robot_id: int) -> int:
+        """Start index of the newest chunk queued or sent to the robot (NO_CHUNK if none)."""
+        return int(self.last_chunk_start[self._row_of[robot_id]])
 
     def pending_of(self, robot_id: int) -> list[tuple[int, float]]:
         """Chunks sent to the robot that its reports have not shown yet: (start, land_s)."""

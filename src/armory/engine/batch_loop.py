@@ -1,0 +1,352 @@
+"""The real-time batch loop: the scheduler decides, the executor computes, futures answer.
+
+It drives the mirror and the scheduler exactly as the simulator does
+(``sim/simulator.py``): whenever the executor is free and some robot is
+eligible it takes ``mirror.snapshot(now, profile.table(max_b), max_b)``, asks
+``scheduler.schedule``, asserts ``check_batch``, dispatches each robot with its
+expected landing time (now + learned latency + downlink), and after the forward
+pass feeds the measured seconds to ``profile.observe`` and
+``scheduler.on_batch_done``. An empty batch with ``wait_until_s`` is honoured by
+sleeping until then or until something changes (a request arrives, a robot
+leaves, a batch finishes), whichever comes first.
+
+Everything here runs on the event loop except the forward pass (see
+:mod:`armory.engine.executor`). Time comes from one injectable ``clock``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from armory.engine.errors import (
+    PolicyError,
+    QueueStateError,
+    RequestError,
+    ServerClosing,
+    SessionClosed,
+)
+from armory.engine.executor import Executor
+from armory.engine.latency_profile import LatencyProfile
+from armory.engine.queue_mirror import QueueMirror
+from armory.engine.session import RequestPlan
+from armory.scheduling.base import Scheduler
+from armory.scheduling.snapshot import Batch, check_batch
+
+logger = logging.getLogger(__name__)
+
+Clock = Callable[[], float]
+"""Seconds on the server's clock; advances with real time (time.monotonic by default)."""
+
+_MIN_WAIT_S = 0.001
+"""Shortest sleep when a scheduler asks to be woken at a time already past."""
+_BATCH_SMOOTHING = 0.2
+"""Weight of the newest batch in the moving average of batch sizes."""
+
+
+@dataclass(frozen=True)
+class ChunkResult:
+    """One robot's answer from one batch."""
+
+    actions: np.ndarray
+    """(action_horizon, action_dim) float32."""
+    chunk_start: int
+    """Action index the chunk starts at (the index of the observation behind it)."""
+    batch_size: int
+    """Robots in the forward pass that computed it."""
+    wait_s: float
+    """Seconds from submission to dispatch, less the decision that dispatched it."""
+    decision_s: float
+    """Seconds spent taking the snapshot, scheduling and checking the batch."""
+    forward_s: float
+    """Seconds from dispatch until the chunks were back on the event loop."""
+    policy_s: float
+    """Seconds the worker spent inside ``infer_batch``."""
+
+
+@dataclass(frozen=True)
+class LoopStats:
+    """Counters of the batch loop since it started."""
+
+    num_batches: int
+    batch_size_counts: dict[int, int]
+    """Forward passes per batch size."""
+    num_dropped_chunks: int
+    """Chunks computed for robots that disconnected before they could be answered."""
+    busy_s: float
+    """Seconds the executor spent on forward passes."""
+    num_decisions: int
+    """Calls to ``scheduler.schedule`` (empty batches included)."""
+    decision_s: float
+    """Seconds spent in those calls (snapshot and check included)."""
+
+    @property
+    def mean_batch_size(self) -> float:
+        total = sum(self.batch_size_counts.values())
+        if not total:
+            return 0.0
+        return sum(b * n for b, n in self.batch_size_counts.items()) / total
+
+
+@dataclass
+class _Request:
+    robot_id: int
+    observation: Mapping[str, Any]
+    future: asyncio.Future[ChunkResult]
+    submitted_s: float
+    downlink_s: float
+    chunk_start: int = 0
+
+
+@dataclass
+class _Counters:
+    num_batches: int = 0
+    batch_sizes: Counter[int] = field(default_factory=Counter)
+    num_dropped_chunks: int = 0
+    busy_s: float = 0.0
+    num_decisions: int = 0
+    decision_s: float = 0.0
+
+
+class BatchLoop:
+    """Owns the mirror, the scheduler, the learned profile and the executor's queue."""
+
+    def __init__(
+        self,
+        executor: Executor,
+        scheduler: Scheduler,
+        profile: LatencyProfile,
+        *,
+        max_batch_size: int,
+        clock: Clock = time.monotonic,
+        check_invariants: bool = True,
+        idle_poll_s: float = 0.05,
+    ) -> None:
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        self.executor = executor
+        self.scheduler = scheduler
+        self.profile = profile
+        self.max_batch_size = max_batch_size
+        self.clock = clock
+        self.check_invariants = check_invariants
+        self.idle_poll_s = idle_poll_s
+        """Re-ask a scheduler that returned an empty batch without ``wait_until_s`` after this."""
+        self.mirror = QueueMirror()
+        self.recent_batch_size = 1.0
+        """Moving average of batch sizes (used to tell robots when to ask again)."""
+        self._waiting: dict[int, _Request] = {}
+        self._inflight: dict[int, _Request] = {}
+        self._counters = _Counters()
+        self._wake = asyncio.Event()
+        self._running: asyncio.Task[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+
+    # ---- lifecycle -----------------------------------------------------
+
+    def start(self) -> None:
+        """Start the loop task on the running event loop."""
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="armory-batch-loop")
+
+    async def stop(self) -> None:
+        """Refuse new requests, fail waiting ones, let a running batch finish, stop the worker."""
+        self._closing = True
+        for request in list(self._waiting.values()):
+            _fail(request.future, ServerClosing("the server is shutting down"))
+        self._waiting.clear()
+        if self._running is not None:
+            with contextlib.suppress(Exception):
+                await self._running
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await asyncio.to_thread(self.executor.shutdown)
+
+    # ---- requests ------------------------------------------------------
+
+    def submit(
+        self,
+        robot_id: int,
+        plan: RequestPlan,
+        observation: Mapping[str, Any],
+        *,
+        received_s: float,
+    ) -> asyncio.Future[ChunkResult]:
+        """Hold ``observation`` as the robot's request; the future resolves with its chunk.
+
+        Raises QueueStateError when the request can never be served.
+        """
+        if self._closing:
+            raise ServerClosing("the server is shutting down")
+        if robot_id in self._waiting or robot_id in self._inflight:
+            raise QueueStateError("a request of this robot is already waiting for its chunk")
+        mirror = self.mirror
+        if plan.reset and robot_id in mirror:
+            mirror.remove(robot_id)
+        if robot_id in mirror:
+            mirror.update_limits(robot_id, plan.limits)
+        else:
+            mirror.add(robot_id, plan.limits, received_s)
+        if not mirror.observe(robot_id, plan.report, received_s):
+            # Indices went back without a new episode id: the robot restarted its count.
+            mirror.remove(robot_id)
+            mirror.add(robot_id, plan.limits, received_s)
+            mirror.observe(robot_id, plan.report, received_s)
+        if not mirror.is_eligible(robot_id):
+            last = mirror.last_chunk_start_of(robot_id)
+            need = plan.limits.min_execution_horizon
+            raise QueueStateError(
+                f"observation at action index {plan.report.action_index} is only "
+                f"{plan.report.action_index - last} actions past the start of the last chunk "
+                f"({last}); min_execution_horizon is {need}: send it at index >= {last + need}"
+            )
+        future: asyncio.Future[ChunkResult] = asyncio.get_running_loop().create_future()
+        self._waiting[robot_id] = _Request(
+            robot_id=robot_id,
+            observation=observation,
+            future=future,
+            submitted_s=self.clock(),
+            downlink_s=plan.limits.downlink_s,
+        )
+        self._wake.set()
+        return future
+
+    def remove(self, robot_id: int) -> None:
+        """Forget a robot whose connection closed; a chunk being computed for it is dropped."""
+        request = self._waiting.pop(robot_id, None) or self._inflight.pop(robot_id, None)
+        if request is not None:
+            _fail(request.future, SessionClosed("the robot's connection closed"))
+        if robot_id in self.mirror:
+            self.mirror.remove(robot_id)
+            self._wake.set()
+
+    def stats(self) -> LoopStats:
+        c = self._counters
+        return LoopStats(
+            num_batches=c.num_batches,
+            batch_size_counts=dict(sorted(c.batch_sizes.items())),
+            num_dropped_chunks=c.num_dropped_chunks,
+            busy_s=c.busy_s,
+            num_decisions=c.num_decisions,
+            decision_s=c.decision_s,
+        )
+
+    # ---- the loop ------------------------------------------------------
+
+    async def _run(self) -> None:
+        while True:
+            self._wake.clear()
+            timeout_s: float | None = None
+            if self._running is None and self._waiting:
+                try:
+                    timeout_s = self._decide()
+                except Exception:
+                    logger.exception("scheduling failed; failing the waiting requests")
+                    for request in self._waiting.values():
+                        _fail(
+                            request.future,
+                            RequestError("the server failed to schedule this request"),
+                        )
+                    self._waiting.clear()
+            if timeout_s is None:
+                await self._wake.wait()
+            else:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(timeout_s):
+                        await self._wake.wait()
+
+    def _decide(self) -> float | None:
+        """Ask the scheduler; start a batch, or return how long to sleep before asking again
+        (None: until something changes)."""
+        now_s = self.clock()
+        started = time.perf_counter()
+        max_batch = self.max_batch_size
+        snapshot = self.mirror.snapshot(now_s, self.profile.table(max_batch), max_batch)
+        if not snapshot.eligible.any():
+            return None
+        batch = self.scheduler.schedule(snapshot)
+        if self.check_invariants:
+            check_batch(snapshot, batch)
+        decision_s = time.perf_counter() - started
+        self._counters.num_decisions += 1
+        self._counters.decision_s += decision_s
+        if not batch.robot_ids:
+            if batch.wait_until_s is None:
+                return self.idle_poll_s
+            return max(batch.wait_until_s - now_s, _MIN_WAIT_S)
+        self._dispatch(batch, now_s, decision_s)
+        return None
+
+    def _dispatch(self, batch: Batch, now_s: float, decision_s: float) -> None:
+        size = len(batch.robot_ids)
+        latency_s = self.profile.latency_s(size)
+        requests = []
+        for robot_id in batch.robot_ids:
+            request = self._waiting.pop(robot_id)
+            request.chunk_start = self.mirror.dispatch(
+                robot_id, now_s + latency_s + request.downlink_s
+            )
+            self._inflight[robot_id] = request
+            requests.append(request)
+        self._running = asyncio.get_running_loop().create_task(
+            self._run_batch(batch, requests, self.clock(), decision_s)
+        )
+
+    async def _run_batch(
+        self, batch: Batch, requests: list[_Request], dispatched_s: float, decision_s: float
+    ) -> None:
+        try:
+            outcome = await self.executor.run([r.observation for r in requests])
+            forward_s = max(self.clock() - dispatched_s, 1e-9)
+            size = len(requests)
+            if outcome.ok:
+                self.profile.observe(size, forward_s)
+            self.scheduler.on_batch_done(batch, forward_s)
+            c = self._counters
+            c.num_batches += 1
+            c.batch_sizes[size] += 1
+            c.busy_s += forward_s
+            self.recent_batch_size += _BATCH_SMOOTHING * (size - self.recent_batch_size)
+            for request, chunk in zip(requests, outcome.chunks, strict=True):
+                self._inflight.pop(request.robot_id, None)
+                if request.future.done():
+                    c.num_dropped_chunks += 1
+                elif isinstance(chunk, PolicyError):
+                    request.future.set_exception(chunk)
+                else:
+                    request.future.set_result(
+                        ChunkResult(
+                            actions=chunk,
+                            chunk_start=request.chunk_start,
+                            batch_size=size,
+                            wait_s=max(dispatched_s - request.submitted_s - decision_s, 0.0),
+                            decision_s=decision_s,
+                            forward_s=forward_s,
+                            policy_s=outcome.policy_s,
+                        )
+                    )
+        except BaseException as exc:
+            for request in requests:
+                self._inflight.pop(request.robot_id, None)
+                _fail(request.future, RequestError("the server failed to compute this chunk"))
+            if not isinstance(exc, Exception):
+                raise
+            logger.exception("a batch failed")
+        finally:
+            self._running = None
+            self._wake.set()
+
+
+def _fail(future: asyncio.Future[Any], error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)

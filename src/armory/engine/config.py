@@ -1,0 +1,102 @@
+"""Options of ``armory serve`` (``--server.*``), read by the engine and the transports.
+
+No import here needs the client package, so the command line can build and check
+a config before anything else is loaded.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 2**20
+"""Largest frame a robot may send by default: several full-resolution camera frames."""
+
+
+@dataclass(frozen=True)
+class PlainClientDefaults:
+    """What the server assumes for a robot that sends no ``__armory__`` state."""
+
+    control_hz: float = 20.0
+    """Actions the robot executes per second."""
+    min_execution_horizon: int = 1
+    """Fewest actions of a chunk the robot executes before asking again."""
+    max_execution_horizon: int | None = None
+    """Actions of each chunk the robot executes; None: the policy's whole action horizon."""
+    link_s: float = 0.002
+    """One-way network delay (also an Armory client's until its first measured round trip)."""
+
+    def __post_init__(self) -> None:
+        if not (self.control_hz > 0 and math.isfinite(self.control_hz)):
+            raise ValueError(f"default control_hz must be > 0, got {self.control_hz}")
+        if self.min_execution_horizon < 1:
+            raise ValueError(
+                f"default min_execution_horizon must be >= 1, got {self.min_execution_horizon}"
+            )
+        if self.max_execution_horizon is not None and (
+            self.max_execution_horizon < self.min_execution_horizon
+        ):
+            raise ValueError(
+                f"default max_execution_horizon ({self.max_execution_horizon}) is below "
+                f"min_execution_horizon ({self.min_execution_horizon})"
+            )
+        if not (self.link_s >= 0 and math.isfinite(self.link_s)):
+            raise ValueError(f"default link_s must be >= 0, got {self.link_s}")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """How the server batches, what it assumes about plain clients, and its limits."""
+
+    # Batching
+    max_batch_size: int = 4
+    """Most robots in one forward pass."""
+    scheduler: str = "just-in-time"
+    """Scheduler name; an unknown one lists the valid names."""
+    latency_profile: str | None = None
+    """Latency preset seeding the learned profile; None: the policy's own, else l40s-pi05."""
+    # Plain openpi clients (no __armory__ state)
+    default_control_hz: float = 20.0
+    """Control rate assumed for a plain openpi client."""
+    default_min_execution_horizon: int = 1
+    """Minimum execution horizon assumed for a plain openpi client."""
+    default_max_execution_horizon: int | None = None
+    """Actions of each chunk a plain client is assumed to execute; None: the whole chunk."""
+    default_link_s: float = 0.002
+    """One-way network delay assumed until measured (always, for plain clients)."""
+    # Directed mode
+    directed_margin_s: float = 0.01
+    """Extra lead in ``next_request_index`` beyond links and two forward passes."""
+    # Limits
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    """Largest frame accepted from a robot; a larger one closes its connection (1009)."""
+    # Timeouts
+    close_timeout_s: float = 2.0
+    """Seconds to wait for a robot's close handshake after an error."""
+    # Checks
+    check_invariants: bool = True
+    """Assert every batch's invariants (cheap)."""
+
+    def __post_init__(self) -> None:
+        if self.max_batch_size < 1:
+            raise ValueError(f"--server.max-batch-size must be >= 1, got {self.max_batch_size}")
+        if not (self.directed_margin_s >= 0 and math.isfinite(self.directed_margin_s)):
+            raise ValueError(
+                f"--server.directed-margin-s must be >= 0, got {self.directed_margin_s}"
+            )
+        if self.max_message_bytes < 1024:
+            raise ValueError(
+                f"--server.max-message-bytes must be >= 1024, got {self.max_message_bytes}"
+            )
+        if not self.close_timeout_s > 0:
+            raise ValueError(f"--server.close-timeout-s must be > 0, got {self.close_timeout_s}")
+        self.plain_defaults()  # checks the defaults
+
+    def plain_defaults(self) -> PlainClientDefaults:
+        """The assumptions about plain openpi clients, as one object."""
+        return PlainClientDefaults(
+            control_hz=self.default_control_hz,
+            min_execution_horizon=self.default_min_execution_horizon,
+            max_execution_horizon=self.default_max_execution_horizon,
+            link_s=self.default_link_s,
+        )

@@ -1,0 +1,45 @@
+"""The server's exception tree: what can go wrong with one robot's request.
+
+Every :class:`RequestError` concerns one robot alone. A transport sends its
+message to that robot (openpi: a text frame, then close 1011) and nobody else
+notices. Messages are meant for the robot's operator: they name what was wrong
+and what was expected, never the server's internals.
+
+RequestError
+├── DecodeError         the bytes are not a msgpack observation map
+├── ObservationError    the observation does not match the policy's declared inputs
+├── QueueStateError     the ``__armory__`` queue state is malformed or unservable
+├── PolicyError         the policy failed on this observation (or returned a bad chunk)
+└── ServerClosing       the server stops before the request could be answered
+"""
+
+from __future__ import annotations
+
+
+class RequestError(Exception):
+    """Base class: an error about one robot's request, sent to that robot only."""
+
+
+class DecodeError(RequestError):
+    """The frame cannot be decoded into an observation map."""
+
+
+class ObservationError(RequestError, ValueError):
+    """The observation does not match the policy's declared inputs."""
+
+
+class QueueStateError(RequestError, ValueError):
+    """The Armory queue state under ``__armory__`` is malformed or cannot be served."""
+
+
+class PolicyError(RequestError):
+    """The policy raised on this observation, or returned a chunk of the wrong shape."""
+
+
+class ServerClosing(RequestError):
+    """The server is stopping; the request was not answered."""
+
+
+class SessionClosed(Exception):
+    """The robot's connection closed (or was replaced) while its request waited: nothing to
+    answer. Not a RequestError: there is nobody to send a message to."""

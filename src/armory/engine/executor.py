@@ -1,0 +1,116 @@
+"""Runs the policy off the event loop: one worker thread, one batch at a time.
+
+The event loop hands a batch to :meth:`Executor.run` and keeps receiving,
+decoding and scheduling while the worker computes it. A batch whose forward
+pass raises is retried one observation at a time, so an observation that passes
+validation but breaks the model costs only its own robot an error; a policy that
+returns the wrong number or shape of chunks fails the whole batch (the policy is
+at fault, not a robot).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from armory.engine.errors import PolicyError
+from armory.policies.base import Policy
+
+logger = logging.getLogger(__name__)
+
+_MAX_MESSAGE_CHARS = 300
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    """What one batch produced."""
+
+    chunks: list[np.ndarray | PolicyError]
+    """Per observation, in order: its (action_horizon, action_dim) float32 chunk, or the
+    error its robot is sent."""
+    policy_s: float
+    """Seconds the worker spent in ``infer_batch`` (all retries included)."""
+    ok: bool
+    """The batch ran as one forward pass (its time may teach the latency profile)."""
+
+
+class Executor:
+    """Owns the worker thread that calls ``policy.infer_batch``."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        meta = policy.metadata
+        self._shape = (meta.action_horizon, meta.action_dim)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="armory-infer")
+
+    async def run(self, observations: Sequence[Mapping[str, Any]]) -> BatchOutcome:
+        """Compute one batch in the worker thread; the event loop stays free meanwhile."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self._run_sync, list(observations))
+
+    def shutdown(self) -> None:
+        """Called once when the server stops; waits for a running batch to finish."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self.policy.close()
+
+    # ---- worker thread -------------------------------------------------
+
+    def _run_sync(self, observations: list[Mapping[str, Any]]) -> BatchOutcome:
+        started = time.perf_counter()
+        try:
+            chunks = self._infer(observations)
+        except PolicyError as exc:
+            return BatchOutcome([exc] * len(observations), time.perf_counter() - started, False)
+        except Exception as exc:
+            logger.exception("policy failed on a batch of %d", len(observations))
+            if len(observations) == 1:
+                error = PolicyError(_failure_message(exc))
+                return BatchOutcome([error], time.perf_counter() - started, False)
+            return self._one_by_one(observations, started)
+        return BatchOutcome(list(chunks), time.perf_counter() - started, True)
+
+    def _one_by_one(self, observations: list[Mapping[str, Any]], started: float) -> BatchOutcome:
+        """Retry each observation alone, so only those that fail get an error."""
+        results: list[np.ndarray | PolicyError] = []
+        for obs in observations:
+            try:
+                results.append(self._infer([obs])[0])
+            except PolicyError as exc:
+                results.append(exc)
+            except Exception as exc:
+                logger.exception("policy failed on a single observation")
+                results.append(PolicyError(_failure_message(exc)))
+        return BatchOutcome(results, time.perf_counter() - started, False)
+
+    def _infer(self, observations: list[Mapping[str, Any]]) -> list[np.ndarray]:
+        chunks = self.policy.infer_batch(observations)
+        if not isinstance(chunks, list | tuple) or len(chunks) != len(observations):
+            got = len(chunks) if isinstance(chunks, list | tuple) else type(chunks).__name__
+            raise PolicyError(
+                f"the policy returned {got} chunks for {len(observations)} observations"
+            )
+        out = []
+        for chunk in chunks:
+            array = np.asarray(chunk)
+            if array.shape != self._shape or array.dtype.kind not in "fiu":
+                raise PolicyError(
+                    f"the policy returned a chunk of shape {array.shape} and dtype "
+                    f"{array.dtype.name}; it declared {self._shape} float32"
+                )
+            out.append(np.ascontiguousarray(array, dtype=np.float32))
+        return out
+
+
+def _failure_message(exc: Exception) -> str:
+    """The exception's type and message, shortened; never a traceback."""
+    detail = " ".join(f"{type(exc).__name__}: {exc}".split())
+    if len(detail) > _MAX_MESSAGE_CHARS:
+        detail = detail[: _MAX_MESSAGE_CHARS - 3] + "..."
+    return f"the policy failed on this observation ({detail})"

@@ -1,0 +1,264 @@
+"""The engine every front door talks to: sessions in, chunks out, whatever the protocol.
+
+A transport decodes a frame into an observation map and calls
+:meth:`ServerEngine.infer` with the robot's session; the engine splits off the
+Armory queue state, validates the observation against the policy's declared
+inputs, enters it into the mirror, waits for the batch loop to compute its chunk
+and returns a :class:`Reply`. Any :class:`~armory.engine.errors.RequestError` it
+raises concerns that robot alone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from armory_client import ARMORY_KEY, RobotState
+
+from armory.engine.batch_loop import BatchLoop, Clock, LoopStats
+from armory.engine.config import ServerConfig
+from armory.engine.errors import QueueStateError, SessionClosed
+from armory.engine.executor import Executor
+from armory.engine.latency_profile import LatencyProfile
+from armory.engine.session import RequestPlan, Session, directed_send_index
+from armory.policies.base import Policy, PolicyMetadata, conform_observation
+from armory.scheduling.base import Scheduler
+
+_OVERHEAD_WINDOW = 4096
+"""Most recent requests whose server-added time the stats keep."""
+
+
+@dataclass(frozen=True)
+class Reply:
+    """The answer to one request, before a transport encodes it."""
+
+    actions: np.ndarray
+    """(action_horizon, action_dim) float32, computed from this request's observation."""
+    chunk_start: int
+    """Action index the chunk starts at."""
+    next_request_index: int | None
+    """Armory clients: the action index at which to send the next observation in directed
+    mode. None for plain clients."""
+    is_armory: bool
+    """The request carried ``__armory__`` queue state."""
+    batch_size: int
+    received_s: float
+    """Server clock when the request's frame arrived."""
+    wait_s: float
+    """Seconds the request waited for the scheduler's choice and a free executor."""
+    forward_s: float
+    """Seconds of its batch's forward pass as the server waited on it."""
+    policy_s: float
+    """Seconds the policy itself took for the batch."""
+    prev_total_s: float | None
+    """Server time (arrival to reply sent) of the same connection's previous request."""
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """Counters of the engine since it started (``dataclasses.asdict`` makes them JSON)."""
+
+    num_sessions: int
+    """Connections open now."""
+    num_requests: int
+    num_replies: int
+    num_errors: int
+    """Requests answered with an error (each to its own robot)."""
+    num_batches: int
+    batch_size_counts: dict[int, int]
+    mean_batch_size: float
+    num_dropped_chunks: int
+    """Chunks computed for robots that were gone when they were ready."""
+    busy_s: float
+    decision_ms_mean: float
+    """Mean time of one scheduling decision (snapshot, schedule, check)."""
+    overhead_ms_p50: float | None
+    """Server-added time per request (decode, validate, schedule, encode, send): median."""
+    overhead_ms_p99: float | None
+    latency_points_s: dict[int, float]
+    """The learned forward-pass seconds per batch size."""
+
+
+class ServerEngine:
+    """Sessions, validation and the batch loop behind every transport."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        scheduler: Scheduler,
+        *,
+        config: ServerConfig | None = None,
+        profile: LatencyProfile | None = None,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        """``profile`` seeds the learned latency; default: ``config.latency_profile``, else the
+        policy's declared points, else the ``l40s-pi05`` preset."""
+        config = config or ServerConfig()
+        self.policy = policy
+        self.config = config
+        self.scheduler_name = getattr(scheduler, "name", type(scheduler).__name__)
+        self.metadata: PolicyMetadata = policy.metadata
+        self._plain_defaults = config.plain_defaults()
+        if profile is None:
+            points = self.metadata.latency_points
+            if config.latency_profile is not None:
+                profile = LatencyProfile.from_preset(config.latency_profile)
+            elif points:
+                profile = LatencyProfile(points)
+            else:
+                profile = LatencyProfile.from_preset("l40s-pi05")
+        self.clock = clock
+        self.loop = BatchLoop(
+            Executor(policy),
+            scheduler,
+            profile,
+            max_batch_size=config.max_batch_size,
+            clock=clock,
+            check_invariants=config.check_invariants,
+        )
+        self._sessions: dict[int, Session] = {}
+        self._by_name: dict[str, Session] = {}
+        self._num_requests = 0
+        self._num_replies = 0
+        self._num_errors = 0
+        self._overheads_s: deque[float] = deque(maxlen=_OVERHEAD_WINDOW)
+
+    # ---- lifecycle -----------------------------------------------------
+
+    async def start(self) -> None:
+        self.loop.start()
+
+    async def stop(self) -> None:
+        await self.loop.stop()
+
+    # ---- sessions ------------------------------------------------------
+
+    def open_session(self, *, peer: str, evict: Callable[[str], None] | None = None) -> Session:
+        """Called when a robot connects."""
+        session = Session(peer=peer, evict=evict)
+        self._sessions[session.engine_id] = session
+        return session
+
+    def close_session(self, session: Session) -> None:
+        """Called when a robot's connection closes (idempotent). A request it has waiting
+        is dropped; a chunk being computed for it is thrown away when ready."""
+        if session.closed:
+            return
+        session.closed = True
+        self._sessions.pop(session.engine_id, None)
+        if self._by_name.get(session.robot_name) is session:
+            del self._by_name[session.robot_name]
+        self.loop.remove(session.engine_id)
+
+    def count_error(self) -> None:
+        """Called by a transport for each request it answers with an error."""
+        self._num_errors += 1
+
+    # ---- requests ------------------------------------------------------
+
+    async def infer(
+        self, session: Session, observation: Mapping[str, Any], *, received_s: float
+    ) -> Reply:
+        """Serve one observation map (as decoded, ``__armory__`` key included).
+
+        Raises RequestError (to be sent to this robot) or SessionClosed.
+        """
+        if session.closed:
+            raise SessionClosed("the session is closed")
+        self._num_requests += 1
+        obs, state = _split_state(observation)
+        obs = conform_observation(obs, self.metadata.inputs)
+        plan = session.plan(
+            state,
+            received_s=received_s,
+            defaults=self._plain_defaults,
+            action_horizon=self.metadata.action_horizon,
+        )
+        if state is not None:
+            self._claim_name(session)
+        prev_total_s = session.last_total_s
+        result = await self.loop.submit(session.engine_id, plan, obs, received_s=received_s)
+        session.answered(result.chunk_start)
+        next_index = None
+        if state is not None:
+            next_index = directed_send_index(result.chunk_start, plan.limits, self._lead_s(plan))
+        return Reply(
+            actions=result.actions,
+            chunk_start=result.chunk_start,
+            next_request_index=next_index,
+            is_armory=state is not None,
+            batch_size=result.batch_size,
+            received_s=received_s,
+            wait_s=result.wait_s,
+            forward_s=result.forward_s,
+            policy_s=result.policy_s,
+            prev_total_s=prev_total_s,
+        )
+
+    def reply_sent(self, session: Session, reply: Reply, sent_s: float) -> None:
+        """Called by a transport once the reply is on its way."""
+        self._num_replies += 1
+        session.reply_sent(reply.received_s, sent_s)
+        total_s = sent_s - reply.received_s
+        self._overheads_s.append(max(total_s - reply.wait_s - reply.forward_s, 0.0))
+
+    def stats(self) -> EngineStats:
+        loop: LoopStats = self.loop.stats()
+        overheads_ms = np.asarray(self._overheads_s) * 1e3
+        has = overheads_ms.size > 0
+        return EngineStats(
+            num_sessions=len(self._sessions),
+            num_requests=self._num_requests,
+            num_replies=self._num_replies,
+            num_errors=self._num_errors,
+            num_batches=loop.num_batches,
+            batch_size_counts=loop.batch_size_counts,
+            mean_batch_size=loop.mean_batch_size,
+            num_dropped_chunks=loop.num_dropped_chunks,
+            busy_s=loop.busy_s,
+            decision_ms_mean=1e3 * loop.decision_s / max(loop.num_decisions, 1),
+            overhead_ms_p50=float(np.percentile(overheads_ms, 50)) if has else None,
+            overhead_ms_p99=float(np.percentile(overheads_ms, 99)) if has else None,
+            latency_points_s=self.loop.profile.points(),
+        )
+
+    # ---- internals -----------------------------------------------------
+
+    def _claim_name(self, session: Session) -> None:
+        """Bind an Armory robot id to this session; a live session holding it is replaced."""
+        holder = self._by_name.get(session.robot_name)
+        if holder is session:
+            return
+        if holder is not None:
+            self.close_session(holder)
+            if holder.evict is not None:
+                holder.evict(f"replaced by a newer connection of robot {session.robot_name!r}")
+        self._by_name[session.robot_name] = session
+
+    def _lead_s(self, plan: RequestPlan) -> float:
+        """Seconds of motion a directed robot should still hold when it sends its next
+        observation: both link delays, two forward passes at the recent batch size (one
+        already running when it arrives, then its own) and a margin."""
+        batch = max(1, min(round(self.loop.recent_batch_size), self.config.max_batch_size))
+        return (
+            plan.limits.uplink_s
+            + plan.limits.downlink_s
+            + 2 * self.loop.profile.latency_s(batch)
+            + self.config.directed_margin_s
+        )
+
+
+def _split_state(observation: Mapping[str, Any]) -> tuple[dict[str, Any], RobotState | None]:
+    """Remove ``__armory__`` and parse it; a malformed map is a QueueStateError."""
+    obs = dict(observation)
+    if ARMORY_KEY not in obs:
+        return obs, None
+    wire = obs.pop(ARMORY_KEY)
+    try:
+        return obs, RobotState.from_wire(wire)
+    except (ValueError, TypeError) as exc:
+        raise QueueStateError(f"bad {ARMORY_KEY} queue state: {exc}") from None

@@ -1,0 +1,199 @@
+"""One connected robot: what it declared, how it is scheduled, and what the server assumes.
+
+A session lives as long as its connection. The robot has at most one request
+outstanding (openpi is strict request/response), so the observation the mirror
+holds for it is always that request.
+
+Two kinds of robot:
+
+- **Armory clients** attach a :class:`~armory_client.RobotState` under
+  ``__armory__`` to every observation: their rate, horizons, weight, action index,
+  actions left and the chunk they are playing. The mirror takes these as reported.
+- **Plain openpi clients** attach nothing. The server assumes such a robot works
+  the way openpi's own runtime does: it asks, waits with an empty queue, plays
+  the chunk, asks again. So each request reports "0 actions left" (its deadline
+  is its arrival), the robot is assumed to have executed the whole previous chunk
+  (``max_execution_horizon`` actions), and its rate, horizons and link delay come
+  from :class:`~armory.engine.config.PlainClientDefaults`.
+
+Link delays: for an Armory client the server subtracts its own time on the
+previous request (arrival to reply sent) from the round trip the client
+measured, and splits the remainder evenly between uplink and downlink (a moving
+average). Before that, and always for plain clients, the configured default.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from armory.engine.config import PlainClientDefaults
+from armory.engine.errors import QueueStateError
+from armory.engine.queue_mirror import NO_CHUNK, QueueReport, RobotLimits
+
+if TYPE_CHECKING:
+    from armory_client import RobotState
+
+_LINK_SMOOTHING = 0.25
+"""Weight of the newest round-trip sample in the link-delay moving average."""
+
+
+@dataclass(frozen=True)
+class RequestPlan:
+    """How one request enters the mirror."""
+
+    limits: RobotLimits
+    report: QueueReport
+    reset: bool
+    """The robot's indices restarted (a new episode): its mirror row starts afresh."""
+
+
+_ids = itertools.count(1)
+
+
+class Session:
+    """Runtime state of one connection (the engine's, never touched by a scheduler)."""
+
+    def __init__(self, *, peer: str, evict: Callable[[str], None] | None = None) -> None:
+        self.engine_id = next(_ids)
+        """The robot's id in the mirror and in scheduler snapshots."""
+        self.peer = peer
+        self.robot_name = f"conn-{self.engine_id}"
+        """The Armory robot id once one is reported; a per-connection name until then."""
+        self.evict = evict
+        """Closes the connection from the server side, with a reason (set by the transport)."""
+        self.closed = False
+        self.is_armory: bool | None = None
+        """Whether its requests carry ``__armory__`` state (decided by the first request)."""
+        self.episode_id: int | None = None
+        self.limits: RobotLimits | None = None
+        self.last_chunk_start = NO_CHUNK
+        """Start index of the last chunk answered."""
+        # Timing (server clock, seconds)
+        self.link_rtt_s: float | None = None
+        """Moving average of the network round trip (Armory clients)."""
+        self.last_total_s: float | None = None
+        """Server time of the previous request: arrival to reply sent."""
+        self.last_reply_sent_s: float | None = None
+        self.reply_gap_s: float | None = None
+        """Seconds from the previous reply to this request's arrival, as the server saw them."""
+        # Counters
+        self.num_requests = 0
+        self.num_replies = 0
+
+    # ---- reading a request ---------------------------------------------
+
+    def plan(
+        self,
+        state: RobotState | None,
+        *,
+        received_s: float,
+        defaults: PlainClientDefaults,
+        action_horizon: int,
+    ) -> RequestPlan:
+        """Turn one request's queue state (or its absence) into mirror inputs.
+
+        Raises QueueStateError for state the server cannot serve.
+        """
+        is_armory = state is not None
+        if self.is_armory is not None and is_armory != self.is_armory:
+            raise QueueStateError(
+                "every observation of a connection must carry __armory__ state, or none may: "
+                f"this one {'does' if is_armory else 'does not'}, the first did "
+                f"{'not ' if is_armory else ''}"
+            )
+        self.is_armory = is_armory
+        self.num_requests += 1
+        if self.last_reply_sent_s is not None:
+            self.reply_gap_s = received_s - self.last_reply_sent_s
+        if state is None:
+            return self._plan_plain(defaults, action_horizon)
+        return self._plan_armory(state, defaults, action_horizon)
+
+    def _plan_plain(self, defaults: PlainClientDefaults, action_horizon: int) -> RequestPlan:
+        horizon = defaults.max_execution_horizon or action_horizon
+        limits = RobotLimits(
+            control_hz=defaults.control_hz,
+            min_execution_horizon=min(defaults.min_execution_horizon, horizon),
+            max_execution_horizon=min(horizon, action_horizon),
+            uplink_s=defaults.link_s,
+            downlink_s=defaults.link_s,
+        )
+        self.limits = limits
+        if self.last_chunk_start == NO_CHUNK:
+            report = QueueReport(action_index=0, actions_left=0)
+        else:
+            report = QueueReport(
+                action_index=self.last_chunk_start + limits.max_execution_horizon,
+                actions_left=0,
+                chunk_start=self.last_chunk_start,
+            )
+        return RequestPlan(limits=limits, report=report, reset=False)
+
+    def _plan_armory(
+        self, state: RobotState, defaults: PlainClientDefaults, action_horizon: int
+    ) -> RequestPlan:
+        if self.num_requests > 1 and state.robot_id != self.robot_name:
+            raise QueueStateError(
+                f"robot_id changed from {self.robot_name!r} to {state.robot_id!r} within one "
+                "connection; reconnect to change it"
+            )
+        if state.max_execution_horizon > action_horizon:
+            raise QueueStateError(
+                f"max_execution_horizon {state.max_execution_horizon} exceeds the policy's "
+                f"action horizon {action_horizon}"
+            )
+        self.robot_name = state.robot_id
+        if state.round_trip_s is not None and self.last_total_s is not None:
+            sample_s = max(0.0, state.round_trip_s - self.last_total_s)
+            if self.link_rtt_s is None:
+                self.link_rtt_s = sample_s
+            else:
+                self.link_rtt_s += _LINK_SMOOTHING * (sample_s - self.link_rtt_s)
+        link_s = defaults.link_s if self.link_rtt_s is None else self.link_rtt_s / 2
+        self.limits = RobotLimits(
+            control_hz=state.control_hz,
+            min_execution_horizon=state.min_execution_horizon,
+            max_execution_horizon=state.max_execution_horizon,
+            weight=state.weight,
+            uplink_s=link_s,
+            downlink_s=link_s,
+        )
+        reset = self.episode_id is not None and state.episode_id != self.episode_id
+        self.episode_id = state.episode_id
+        report = QueueReport(
+            action_index=state.action_index,
+            actions_left=state.actions_left,
+            chunk_start=NO_CHUNK if state.chunk_start is None else state.chunk_start,
+        )
+        return RequestPlan(limits=self.limits, report=report, reset=reset)
+
+    # ---- after the reply -----------------------------------------------
+
+    def answered(self, chunk_start: int) -> None:
+        """Called when a chunk for this session's request is ready."""
+        self.last_chunk_start = chunk_start
+
+    def reply_sent(self, received_s: float, sent_s: float) -> None:
+        """Called when the reply frame has been handed to the connection."""
+        self.num_replies += 1
+        self.last_total_s = sent_s - received_s
+        self.last_reply_sent_s = sent_s
+
+
+def directed_send_index(chunk_start: int, limits: RobotLimits, lead_s: float) -> int:
+    """The action index at which a directed-mode robot should send its next observation.
+
+    The chunk's queue ends at ``chunk_start + max_execution_horizon``; the robot
+    should ask ``lead_s`` of motion before that, and never before it is
+    ``min_execution_horizon`` actions into the chunk (an earlier observation could
+    not be served).
+    """
+    lead_actions = math.ceil(lead_s * limits.control_hz)
+    return max(
+        chunk_start + limits.min_execution_horizon,
+        chunk_start + limits.max_execution_horizon - lead_actions,
+    )

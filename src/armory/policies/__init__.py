@@ -1,0 +1,1 @@
+"""Policies the server can batch: the Policy interface, the mock, and adapters."""

@@ -1,0 +1,196 @@
+"""The Policy interface: a batch of observations in, one action chunk per observation out.
+
+A policy declares its inputs (name, shape, dtype); the server checks every
+observation against them before it enters a batch, so ``infer_batch`` only ever
+sees observations that match. Observation arrays are read-only views of the
+received bytes: a policy must not write to them.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from armory.engine.errors import ObservationError
+
+__all__ = [
+    "InputSpec",
+    "ObservationError",
+    "Policy",
+    "PolicyMetadata",
+    "conform_observation",
+    "validate_observation",
+]
+
+STR_DTYPE = "str"
+"""``InputSpec.dtype`` of a text input (e.g. a prompt): a Python str."""
+
+# Dtype kinds whose bytes are not plain values; never declared, never accepted.
+_REFUSED_KINDS = {"O": "object", "V": "void/structured"}
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One declared observation input."""
+
+    shape: tuple[int | None, ...] = ()
+    """Expected shape; ``None`` for a dimension of any size. Ignored for str inputs."""
+    dtype: str = "float32"
+    """numpy dtype name (``uint8``, ``float32``, ...) or ``"str"`` for a text input."""
+    required: bool = True
+    """A missing required input is an error; a missing optional one is fine."""
+
+    def __post_init__(self) -> None:
+        if self.dtype == STR_DTYPE:
+            return
+        try:
+            dtype = np.dtype(self.dtype)
+        except TypeError as exc:
+            raise ValueError(f"InputSpec.dtype {self.dtype!r} is not a numpy dtype") from exc
+        if dtype.kind in _REFUSED_KINDS:
+            raise ValueError(f"InputSpec.dtype {self.dtype!r} ({_REFUSED_KINDS[dtype.kind]})")
+        for dim in self.shape:
+            if dim is not None and (not isinstance(dim, int) or dim < 0):
+                raise ValueError(f"InputSpec.shape must hold ints >= 0 or None, got {self.shape}")
+
+    @property
+    def is_text(self) -> bool:
+        return self.dtype == STR_DTYPE
+
+    def describe(self) -> str:
+        """E.g. ``uint8 (224, 224, 3)`` or ``str``."""
+        if self.is_text:
+            return STR_DTYPE
+        return f"{np.dtype(self.dtype).name} {_shape_text(self.shape)}"
+
+    def to_wire(self) -> dict[str, Any]:
+        """Plain map for the server's metadata frame."""
+        shape = None if self.is_text else list(self.shape)
+        return {"shape": shape, "dtype": self.dtype, "required": self.required}
+
+
+@dataclass(frozen=True)
+class PolicyMetadata:
+    """What a policy declares once; the server reads it when it starts."""
+
+    name: str
+    """Short name, shown in the metadata frame and logs."""
+    action_horizon: int
+    """Actions per returned chunk (rows)."""
+    action_dim: int
+    """Values per action (columns)."""
+    inputs: Mapping[str, InputSpec]
+    """Declared observation inputs by key."""
+    latency_points: Mapping[int, float] | None = None
+    """Expected forward-pass seconds per batch size; seeds the server's learned profile."""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    """Policy-specific entries of the metadata frame (e.g. openpi's ``reset_pose``)."""
+
+    def __post_init__(self) -> None:
+        if self.action_horizon < 1 or self.action_dim < 1:
+            raise ValueError(
+                f"action_horizon and action_dim must be >= 1, got {self.action_horizon} "
+                f"and {self.action_dim}"
+            )
+
+
+class Policy(abc.ABC):
+    """A batched policy: the server calls it from one worker thread, one batch at a time."""
+
+    @property
+    @abc.abstractmethod
+    def metadata(self) -> PolicyMetadata:
+        """Read when the server starts (and for each new connection's metadata frame)."""
+
+    @abc.abstractmethod
+    def infer_batch(self, observations: Sequence[Mapping[str, Any]]) -> list[np.ndarray]:
+        """Called in the worker thread with 1..max_batch_size validated observations; returns
+        one (action_horizon, action_dim) float32 array per observation, in order."""
+
+    def close(self) -> None:  # noqa: B027
+        """Called once when the server stops."""
+
+
+def validate_observation(obs: Mapping[str, Any], inputs: Mapping[str, InputSpec]) -> None:
+    """Raise an :class:`ObservationError` naming the key unless ``obs`` matches ``inputs``.
+
+    Keys the policy does not declare are allowed and passed on untouched. A float
+    input accepts any bool, integer or float array of its shape (converted by
+    :func:`conform_observation`); every other input needs its exact dtype.
+    """
+    for key, spec in inputs.items():
+        if key not in obs:
+            if spec.required:
+                raise ObservationError(
+                    f"observation lacks required input {key!r} (expected {spec.describe()})"
+                )
+            continue
+        _check_value(key, obs[key], spec)
+
+
+def conform_observation(obs: Mapping[str, Any], inputs: Mapping[str, InputSpec]) -> dict[str, Any]:
+    """Validate ``obs`` and return a new map whose float inputs have the declared dtype."""
+    validate_observation(obs, inputs)
+    out = dict(obs)
+    for key, spec in inputs.items():
+        value = out.get(key)
+        if isinstance(value, np.generic):
+            value = out[key] = np.asarray(value)
+        if isinstance(value, np.ndarray) and not spec.is_text:
+            dtype = np.dtype(spec.dtype)
+            if value.dtype != dtype:
+                out[key] = value.astype(dtype)
+    return out
+
+
+def _check_value(key: str, value: Any, spec: InputSpec) -> None:
+    if spec.is_text:
+        if not isinstance(value, str):
+            raise ObservationError(
+                f"observation input {key!r}: expected str, received {_describe(value)}"
+            )
+        return
+    if isinstance(value, np.generic):
+        value = np.asarray(value)
+    if not isinstance(value, np.ndarray):
+        raise ObservationError(
+            f"observation input {key!r}: expected an ndarray {spec.describe()}, "
+            f"received {_describe(value)}"
+        )
+    expected = np.dtype(spec.dtype)
+    received = value.dtype
+    if received.kind in _REFUSED_KINDS or received.hasobject:
+        kind = _REFUSED_KINDS.get(received.kind, "object")
+        raise ObservationError(
+            f"observation input {key!r}: dtype {received.str!r} ({kind}) is not allowed; "
+            f"expected {spec.describe()}"
+        )
+    castable = expected.kind == "f" and received.kind in "biuf"
+    if received != expected and not castable:
+        raise ObservationError(
+            f"observation input {key!r}: expected dtype {expected.name}, received "
+            f"{received.name} (shape {value.shape})"
+        )
+    if len(value.shape) != len(spec.shape) or any(
+        want is not None and got != want for got, want in zip(value.shape, spec.shape, strict=True)
+    ):
+        raise ObservationError(
+            f"observation input {key!r}: expected shape {_shape_text(spec.shape)}, "
+            f"received {value.shape} ({received.name})"
+        )
+
+
+def _shape_text(shape: tuple[int | None, ...]) -> str:
+    """``(224, 224, 3)``, ``(8,)``, ``(*, 8)``: a tuple's repr with ``*`` for any size."""
+    dims = ", ".join("*" if d is None else str(d) for d in shape)
+    return f"({dims},)" if len(shape) == 1 else f"({dims})"
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        return f"ndarray {value.dtype.name} {value.shape}"
+    return type(value).__name__

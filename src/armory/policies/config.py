@@ -1,0 +1,25 @@
+"""The policy choice of ``armory serve``: one tyro subcommand per kind (``policy:mock``, ...).
+
+A new kind is a frozen config dataclass with a ``make() -> Policy`` method, added to
+:data:`PolicyConfig` under its subcommand name.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import tyro
+
+from armory.policies.base import Policy
+from armory.policies.mock import MockPolicyConfig
+from armory.policies.python import PythonPolicyConfig
+
+PolicyConfig = (
+    Annotated[MockPolicyConfig, tyro.conf.subcommand("mock")]
+    | Annotated[PythonPolicyConfig, tyro.conf.subcommand("python")]
+)
+
+
+def make_policy(config: MockPolicyConfig | PythonPolicyConfig) -> Policy:
+    """A new policy for ``config``."""
+    return config.make()

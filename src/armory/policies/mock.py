@@ -1,0 +1,138 @@
+"""``policy:mock``: a stand-in model that takes as long as a latency profile says.
+
+Each forward pass lasts the profile's latency for the batch size (hashing the
+inputs counts towards it; the rest is slept, off the event loop). The actions
+are a pure function of the robot's own observation (:func:`mock_actions`), so a
+test can recompute every chunk it receives and prove that no robot ever gets
+another robot's chunk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from armory.engine.latency_profile import (
+    LatencyProfile,
+    LinearProfileConfig,
+    points_for,
+    preset_names,
+)
+from armory.policies.base import STR_DTYPE, InputSpec, Policy, PolicyMetadata
+
+
+@dataclass(frozen=True)
+class MockPolicyConfig:
+    """A mock policy: latency from a profile, actions from a hash of each observation."""
+
+    latency_profile: str = "l40s-pi05"
+    """Latency preset: l40s-pi05, l40s-pi05-paper or linear."""
+    linear: LinearProfileConfig = field(default_factory=LinearProfileConfig)
+    """Intercept and slope of the ``linear`` preset."""
+    action_horizon: int = 10
+    """Actions per chunk."""
+    action_dim: int = 7
+    """Values per action."""
+    image_keys: tuple[str, ...] = ("observation/image", "observation/wrist_image")
+    """Declared uint8 camera inputs."""
+    image_shape: tuple[int, int, int] = (224, 224, 3)
+    """Shape of every camera image (height, width, channels)."""
+    state_key: str = "observation/state"
+    """Declared float32 state input."""
+    state_dim: int = 8
+    """Length of the state vector."""
+    prompt_key: str | None = "prompt"
+    """Declared optional text input; None declares none."""
+
+    def __post_init__(self) -> None:
+        if self.latency_profile not in preset_names():
+            raise ValueError(
+                f"unknown latency profile {self.latency_profile!r}; valid names: "
+                f"{', '.join(preset_names())}"
+            )
+        if self.action_horizon < 1 or self.action_dim < 1 or self.state_dim < 1:
+            raise ValueError(
+                f"action_horizon, action_dim and state_dim must be >= 1, got "
+                f"{self.action_horizon}, {self.action_dim}, {self.state_dim}"
+            )
+        keys = [*self.image_keys, self.state_key, *([self.prompt_key] if self.prompt_key else [])]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"mock policy input keys must be distinct, got {keys}")
+
+    def inputs(self) -> dict[str, InputSpec]:
+        """The declared inputs, by key."""
+        specs = {key: InputSpec(shape=self.image_shape, dtype="uint8") for key in self.image_keys}
+        specs[self.state_key] = InputSpec(shape=(self.state_dim,), dtype="float32")
+        if self.prompt_key:
+            specs[self.prompt_key] = InputSpec(dtype=STR_DTYPE, required=False)
+        return specs
+
+    def make(self) -> MockPolicy:
+        return MockPolicy(self)
+
+
+class MockPolicy(Policy):
+    """Sleeps for the profile's latency; returns :func:`mock_actions` of each observation."""
+
+    def __init__(
+        self, config: MockPolicyConfig, *, sleep: Callable[[float], None] = time.sleep
+    ) -> None:
+        self.config = config
+        self._points = points_for(config.latency_profile, config.linear)
+        # Never fed samples: the configured line is the mock's ground truth.
+        self._true_latency = LatencyProfile(self._points)
+        self._sleep = sleep
+        self._metadata = PolicyMetadata(
+            name="mock",
+            action_horizon=config.action_horizon,
+            action_dim=config.action_dim,
+            inputs=config.inputs(),
+            latency_points=dict(self._points),
+        )
+        # Batch sizes of every forward pass, in order (read by tests).
+        self.batch_sizes: list[int] = []
+
+    @property
+    def metadata(self) -> PolicyMetadata:
+        return self._metadata
+
+    def infer_batch(self, observations: Sequence[Mapping[str, Any]]) -> list[np.ndarray]:
+        done_s = time.perf_counter() + self._true_latency.latency_s(len(observations))
+        self.batch_sizes.append(len(observations))
+        chunks = [
+            mock_actions(
+                obs, self._metadata.inputs, self.config.action_horizon, self.config.action_dim
+            )
+            for obs in observations
+        ]
+        remaining_s = done_s - time.perf_counter()
+        if remaining_s > 0:
+            self._sleep(remaining_s)
+        return chunks
+
+
+def mock_actions(
+    obs: Mapping[str, Any], inputs: Mapping[str, InputSpec], action_horizon: int, action_dim: int
+) -> np.ndarray:
+    """The mock's chunk for ``obs``: uniform values in [-1, 1) seeded by a hash of the
+    declared inputs (key, dtype, shape and bytes of each, in key order)."""
+    digest = hashlib.blake2b(digest_size=16)
+    for key in sorted(inputs):
+        if key not in obs:
+            continue
+        value = obs[key]
+        digest.update(key.encode())
+        if isinstance(value, str):
+            digest.update(b"str:" + value.encode())
+            continue
+        array = np.ascontiguousarray(value)
+        digest.update(f"{array.dtype.str}{array.shape}".encode())
+        digest.update(array.data)
+    seed = int.from_bytes(digest.digest(), "little")
+    rng = np.random.Generator(np.random.PCG64(seed))
+    return rng.uniform(-1.0, 1.0, size=(action_horizon, action_dim)).astype(np.float32)

@@ -1,0 +1,177 @@
+"""``armory serve``: the engine behind its front doors, run until stopped.
+
+:class:`ArmoryServer` is the asyncio object (``async with ArmoryServer(...)``);
+:class:`ServerThread` runs one on its own event loop in a background thread, for
+tests, benchmarks and the fleet runner; :func:`run_server` is the command line's
+blocking entry point, stopped by SIGINT or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import threading
+import time
+from types import TracebackType
+from typing import Self
+
+from armory.engine.batch_loop import Clock
+from armory.engine.config import ServerConfig
+from armory.engine.server_engine import EngineStats, ServerEngine
+from armory.policies.base import Policy
+from armory.scheduling.base import Scheduler
+from armory.scheduling.registry import make_scheduler
+from armory.transports.openpi_ws import OpenpiWebSocketTransport
+
+logger = logging.getLogger(__name__)
+
+
+class ArmoryServer:
+    """One policy, one engine, the openpi WebSocket transport (with HTTP health and stats)."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        config: ServerConfig | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        # Security
+        api_key: str | None = None,
+        # Plumbing
+        scheduler: Scheduler | None = None,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        """Nothing is bound until :meth:`start`. ``scheduler`` defaults to the one
+        ``config.scheduler`` names; ``port=0`` picks a free port."""
+        self.config = config or ServerConfig()
+        self.engine = ServerEngine(
+            policy,
+            scheduler or make_scheduler(self.config.scheduler),
+            config=self.config,
+            clock=clock,
+        )
+        self.transport = OpenpiWebSocketTransport(
+            self.engine, host=host, port=port, api_key=api_key
+        )
+        self.host = host
+
+    @property
+    def port(self) -> int:
+        return self.transport.port
+
+    @property
+    def uri(self) -> str:
+        return f"ws://{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        await self.engine.start()
+        await self.transport.start()
+
+    async def stop(self) -> None:
+        """Close every connection, finish a running batch, stop the worker."""
+        await self.transport.stop()
+        await self.engine.stop()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+
+class ServerThread:
+    """An :class:`ArmoryServer` on its own event loop in a daemon thread."""
+
+    def __init__(self, server: ArmoryServer, *, start_timeout_s: float = 10.0) -> None:
+        self.server = server
+        self._start_timeout_s = start_timeout_s
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="armory-server", daemon=True
+        )
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    @property
+    def uri(self) -> str:
+        return self.server.uri
+
+    def start(self) -> Self:
+        """Start the thread and the server; raises (with the thread stopped) if it cannot bind."""
+        self._thread.start()
+        future = asyncio.run_coroutine_threadsafe(self.server.start(), self._loop)
+        try:
+            future.result(self._start_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop the server and its loop; idempotent."""
+        if not self._thread.is_alive():
+            return
+        future = asyncio.run_coroutine_threadsafe(self.server.stop(), self._loop)
+        try:
+            future.result(timeout_s)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout_s)
+            self._loop.close()
+
+    def stats(self) -> EngineStats:
+        """The engine's counters, read on the server's loop."""
+
+        async def read() -> EngineStats:
+            return self.server.engine.stats()
+
+        return asyncio.run_coroutine_threadsafe(read(), self._loop).result(5.0)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def run_server(server: ArmoryServer, *, announce: bool = True) -> int:
+    """Serve until SIGINT or SIGTERM; returns the exit status."""
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, stop.set)
+        async with server:
+            if announce:
+                engine = server.engine
+                meta = engine.metadata
+                print(
+                    f"armory: serving policy {meta.name} (horizon {meta.action_horizon}, "
+                    f"dim {meta.action_dim}) on {server.uri}; max batch "
+                    f"{engine.config.max_batch_size}, scheduler {engine.scheduler_name}; "
+                    f"health at http://{server.host}:{server.port}/healthz",
+                    flush=True,
+                )
+            await stop.wait()
+            logger.info("stopping")
+
+    asyncio.run(main())
+    return 0

@@ -1,0 +1,1 @@
+"""Front doors: thin adapters between a wire protocol and the engine."""

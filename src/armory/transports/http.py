@@ -1,0 +1,72 @@
+"""Plain HTTP beside the WebSocket: health, stats and the API-key check.
+
+Pure decisions (path and headers in, status and body out); the WebSocket
+transport turns them into responses during its opening handshake.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hmac
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any
+
+HEALTH_PATH = "/healthz"
+STATS_PATH = "/stats"
+AUTH_HEADER = "Authorization"
+AUTH_SCHEME = "Api-Key"
+
+
+@dataclass(frozen=True)
+class HttpAnswer:
+    """An HTTP response that replaces the WebSocket handshake."""
+
+    status: HTTPStatus
+    body: str
+    content_type: str = "text/plain; charset=utf-8"
+
+
+def api_key_ok(header: str | None, api_key: str | None) -> bool:
+    """Whether an ``Authorization`` header carries ``Api-Key <api_key>`` (constant time).
+
+    Without a configured key every request passes.
+    """
+    if not api_key:
+        return True
+    expected = f"{AUTH_SCHEME} {api_key}".encode("utf-8", "surrogateescape")
+    received = (header or "").encode("utf-8", "surrogateescape")
+    return hmac.compare_digest(received, expected)
+
+
+def route(
+    path: str,
+    auth_header: str | None,
+    *,
+    api_key: str | None,
+    stats: Callable[[], Any],
+) -> HttpAnswer | None:
+    """The answer to an HTTP request on the WebSocket port, or None to go on with the
+    WebSocket handshake.
+
+    ``/healthz`` always answers ``OK``; everything else needs the API key when one
+    is configured; ``/stats`` answers the engine's counters as JSON.
+    """
+    path = path.split("?", 1)[0]
+    if path == HEALTH_PATH:
+        return HttpAnswer(HTTPStatus.OK, "OK\n")
+    if not api_key_ok(auth_header, api_key):
+        return HttpAnswer(
+            HTTPStatus.UNAUTHORIZED,
+            f"missing or wrong API key: send the header '{AUTH_HEADER}: {AUTH_SCHEME} <key>'\n",
+        )
+    if path == STATS_PATH:
+        value = stats()
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            value = dataclasses.asdict(value)
+        return HttpAnswer(
+            HTTPStatus.OK, json.dumps(value, indent=2) + "\n", content_type="application/json"
+        )
+    return None

@@ -1,0 +1,171 @@
+"""The openpi-compatible WebSocket front door (websockets' asyncio server).
+
+Per connection: the metadata frame right after the handshake, then one binary
+frame in, one binary frame out, for as long as the robot likes. While a request
+waits for its batch the handler also watches the connection, so a robot that
+drops mid-batch is forgotten at once (its chunk, when ready, is thrown away) and
+nobody else is affected. A bad request gets its error as a text frame, then close
+1011, on that connection only. See docs/protocol.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
+
+from armory.engine.errors import RequestError, SessionClosed
+from armory.engine.server_engine import ServerEngine
+from armory.engine.session import Session
+from armory.transports import http
+from armory.transports.base import Transport
+from armory.transports.openpi_protocol import (
+    ERROR_CLOSE_CODE,
+    ERROR_CLOSE_REASON,
+    REPLACED_CLOSE_CODE,
+    decode_request,
+    encode_metadata,
+    encode_reply,
+    metadata_map,
+)
+
+logger = logging.getLogger(__name__)
+
+_MAX_CLOSE_REASON_BYTES = 123
+"""RFC 6455: a close frame's reason holds at most 123 bytes."""
+
+
+class OpenpiWebSocketTransport(Transport):
+    """Serves the engine over openpi's WebSocket + msgpack protocol."""
+
+    def __init__(
+        self,
+        engine: ServerEngine,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        # Security
+        api_key: str | None = None,
+    ) -> None:
+        """Limits and timeouts come from ``engine.config``; ``port=0`` picks a free port."""
+        self.engine = engine
+        self.host = host
+        self._requested_port = port
+        self._api_key = api_key or None
+        self._server: Server | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._metadata_frame = encode_metadata(
+            metadata_map(engine.metadata, engine.config, scheduler=engine.scheduler_name)
+        )
+
+    @property
+    def port(self) -> int:
+        """The bound port (after :meth:`start`)."""
+        if self._server is None:
+            raise RuntimeError("the transport is not started")
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def start(self) -> None:
+        config = self.engine.config
+        self._server = await serve(
+            self._handle,
+            self.host,
+            self._requested_port,
+            process_request=self._process_request,
+            compression=None,
+            max_size=config.max_message_bytes,
+            close_timeout=config.close_timeout_s,
+            server_header="armory",
+        )
+
+    async def stop(self) -> None:
+        if self._server is None:
+            return
+        self._server.close()
+        await self._server.wait_closed()
+        for task in list(self._tasks):
+            with contextlib.suppress(Exception):
+                await task
+
+    # ---- HTTP (health, stats, API key) ---------------------------------
+
+    def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        answer = http.route(
+            request.path,
+            request.headers.get(http.AUTH_HEADER),
+            api_key=self._api_key,
+            stats=self.engine.stats,
+        )
+        if answer is None:
+            return None
+        if answer.status >= 400:
+            logger.info("refused %s %s: HTTP %d", _peer(connection), request.path, answer.status)
+        response = connection.respond(answer.status, answer.body)
+        if not answer.content_type.startswith("text/plain"):
+            del response.headers["Content-Type"]
+            response.headers["Content-Type"] = answer.content_type
+        return response
+
+    # ---- one connection ------------------------------------------------
+
+    async def _handle(self, ws: ServerConnection) -> None:
+        session = self.engine.open_session(
+            peer=_peer(ws), evict=lambda reason: self._close_later(ws, reason)
+        )
+        watcher = asyncio.ensure_future(ws.wait_closed())
+        watcher.add_done_callback(lambda _: self.engine.close_session(session))
+        try:
+            await ws.send(self._metadata_frame)
+            while await self._serve_one(ws, session):
+                pass
+        except ConnectionClosed:
+            pass
+        except Exception:
+            logger.exception("connection %s (%s) failed", session.robot_name, session.peer)
+            await self._send_error(ws, "internal server error; the server log has the details")
+        finally:
+            watcher.cancel()
+            self.engine.close_session(session)
+
+    async def _serve_one(self, ws: ServerConnection, session: Session) -> bool:
+        """Read one request and answer it; False when the connection is done."""
+        frame = await ws.recv()
+        received_s = self.engine.clock()
+        try:
+            obs = decode_request(frame)
+            reply = await self.engine.infer(session, obs, received_s=received_s)
+        except SessionClosed:
+            return False
+        except RequestError as exc:
+            self.engine.count_error()
+            logger.info("request of %s (%s) refused: %s", session.robot_name, session.peer, exc)
+            await self._send_error(ws, str(exc))
+            return False
+        await ws.send(encode_reply(reply))
+        self.engine.reply_sent(session, reply, self.engine.clock())
+        return True
+
+    async def _send_error(self, ws: ServerConnection, message: str) -> None:
+        """The error as a text frame, then close 1011 (openpi's convention)."""
+        with contextlib.suppress(ConnectionClosed):
+            await ws.send(message)
+            await ws.close(ERROR_CLOSE_CODE, ERROR_CLOSE_REASON)
+
+    def _close_later(self, ws: ServerConnection, reason: str) -> None:
+        """Close ``ws`` from outside its handler (a newer connection replaced it)."""
+        reason = reason.encode()[:_MAX_CLOSE_REASON_BYTES].decode(errors="ignore")
+        task = asyncio.ensure_future(ws.close(REPLACED_CLOSE_CODE, reason))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+def _peer(connection: ServerConnection) -> str:
+    address = connection.remote_address
+    if isinstance(address, tuple) and len(address) >= 2:
+        return f"{address[0]}:{address[1]}"
+    return str(address)

@@ -1,0 +1,459 @@
+"""The real-time engine without sockets: sessions, the batch loop, the executor thread."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+import pytest
+from armory_client import RobotState, attach
+from server_harness import GatedPolicy, expected_actions, make_mock, make_obs
+
+from armory.engine.config import PlainClientDefaults, ServerConfig
+from armory.engine.errors import PolicyError, QueueStateError, SessionClosed
+from armory.engine.latency_profile import LatencyProfile
+from armory.engine.queue_mirror import NO_CHUNK, QueueMirror, QueueReport, RobotLimits
+from armory.engine.server_engine import Reply, ServerEngine
+from armory.engine.session import Session, directed_send_index
+from armory.policies.base import Policy, PolicyMetadata
+from armory.scheduling.base import Scheduler
+from armory.scheduling.registry import make_scheduler
+from armory.scheduling.snapshot import Batch, Snapshot
+
+T = TypeVar("T")
+
+
+def run(make: Callable[[], Awaitable[T]], timeout_s: float = 10.0) -> T:
+    """Run a coroutine on a fresh event loop, with a timeout."""
+
+    async def main() -> T:
+        async with asyncio.timeout(timeout_s):
+            return await make()
+
+    return asyncio.run(main())
+
+
+def make_engine(
+    policy: Policy | None = None,
+    *,
+    scheduler: str | Scheduler = "max-batch",
+    clock: Callable[[], float] = time.monotonic,
+    profile: LatencyProfile | None = None,
+    **config: Any,
+) -> ServerEngine:
+    sched = make_scheduler(scheduler) if isinstance(scheduler, str) else scheduler
+    return ServerEngine(
+        policy or make_mock(),
+        sched,
+        config=ServerConfig(**config),
+        profile=profile,
+        clock=clock,
+    )
+
+
+def armory_state(name: str, **fields: Any) -> RobotState:
+    """A RobotState at 20 Hz, horizons 1..10, before any chunk (fields override)."""
+    values: dict[str, Any] = {
+        "robot_id": name,
+        "action_index": 0,
+        "actions_left": 0,
+        "chunk_start": None,
+        "control_hz": 20.0,
+        "min_execution_horizon": 1,
+        "max_execution_horizon": 10,
+    }
+    values.update(fields)
+    return RobotState(**values)
+
+
+# ---- sessions ---------------------------------------------------------------
+
+
+def test_plain_client_is_assumed_waiting_with_an_empty_queue() -> None:
+    """No __armory__ state: 0 actions left, the whole previous chunk executed, defaults."""
+    session = Session(peer="test")
+    defaults = PlainClientDefaults(control_hz=15.0, link_s=0.003)
+    first = session.plan(None, received_s=1.0, defaults=defaults, action_horizon=10)
+    assert first.report == QueueReport(action_index=0, actions_left=0, chunk_start=NO_CHUNK)
+    assert first.limits == RobotLimits(
+        control_hz=15.0,
+        min_execution_horizon=1,
+        max_execution_horizon=10,
+        uplink_s=0.003,
+        downlink_s=0.003,
+    )
+    session.answered(0)
+    second = session.plan(None, received_s=2.0, defaults=defaults, action_horizon=10)
+    assert second.report == QueueReport(action_index=10, actions_left=0, chunk_start=0)
+
+
+def test_armory_link_delay_is_round_trip_less_server_time() -> None:
+    """The client's round trip minus the server's time on the previous request, halved."""
+    session = Session(peer="test")
+    defaults = PlainClientDefaults(link_s=0.002)
+    plan = session.plan(armory_state("a"), received_s=0.0, defaults=defaults, action_horizon=10)
+    assert plan.limits.uplink_s == 0.002  # nothing measured yet
+    session.answered(0)
+    session.reply_sent(received_s=0.0, sent_s=0.030)
+    state = armory_state("a", action_index=5, actions_left=5, chunk_start=0, round_trip_s=0.040)
+    plan = session.plan(state, received_s=0.5, defaults=defaults, action_horizon=10)
+    assert plan.limits.uplink_s == pytest.approx(0.005)
+    assert plan.limits.downlink_s == pytest.approx(0.005)
+    assert plan.report == QueueReport(action_index=5, actions_left=5, chunk_start=0)
+    assert session.reply_gap_s == pytest.approx(0.47)
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "message"),
+    [
+        (armory_state("a"), None, "must carry __armory__ state, or none may"),
+        (None, armory_state("a"), "must carry __armory__ state, or none may"),
+        (armory_state("a"), armory_state("b"), "robot_id changed from 'a' to 'b'"),
+        (armory_state("a", max_execution_horizon=11), None, "exceeds the policy's action horizon"),
+    ],
+)
+def test_session_refuses_inconsistent_state(
+    first: RobotState | None, second: RobotState | None, message: str
+) -> None:
+    """Mixing plain and Armory requests, renaming, or a horizon beyond the policy's fail."""
+    session = Session(peer="test")
+    defaults = PlainClientDefaults()
+    with pytest.raises(QueueStateError, match=message):
+        session.plan(first, received_s=0.0, defaults=defaults, action_horizon=10)
+        session.plan(second, received_s=1.0, defaults=defaults, action_horizon=10)
+
+
+def test_directed_send_index_leaves_the_lead_and_respects_min_horizon() -> None:
+    """Ask lead_s of motion before the chunk's end, never before start + min horizon."""
+    limits = RobotLimits(control_hz=20.0, min_execution_horizon=2, max_execution_horizon=10)
+    assert directed_send_index(100, limits, lead_s=0.12) == 107  # ceil(2.4) = 3 actions
+    assert directed_send_index(100, limits, lead_s=0.0) == 110
+    assert directed_send_index(100, limits, lead_s=5.0) == 102
+
+
+def test_mirror_update_limits_keeps_the_queue_and_eligibility_matches_snapshot() -> None:
+    """update_limits changes rate and horizons in place; is_eligible agrees with snapshot."""
+    mirror = QueueMirror()
+    limits = RobotLimits(control_hz=10.0, min_execution_horizon=2, max_execution_horizon=8)
+    mirror.add(1, limits, now_s=0.0)
+    assert not mirror.is_eligible(1)  # no observation yet
+    mirror.observe(1, QueueReport(action_index=0, actions_left=4), now_s=0.0)
+    assert mirror.is_eligible(1) and mirror.deadline_of(1) == pytest.approx(0.4)
+    assert mirror.dispatch(1, land_s=0.1) == 0
+    assert not mirror.is_eligible(1) and mirror.last_chunk_start_of(1) == 0
+    mirror.update_limits(
+        1, RobotLimits(control_hz=20.0, min_execution_horizon=1, max_execution_horizon=8)
+    )
+    mirror.observe(1, QueueReport(action_index=2, actions_left=6, chunk_start=0), now_s=0.2)
+    assert mirror.is_eligible(1)
+    assert mirror.deadline_of(1) == pytest.approx(0.2 + 6 / 20)
+    snapshot = mirror.snapshot(0.2, np.zeros(2), 1)
+    assert snapshot.eligible.tolist() == [True]
+    assert snapshot.control_hz.tolist() == [20.0]
+
+
+# ---- engine -----------------------------------------------------------------
+
+
+def test_engine_answers_every_robot_with_its_own_chunk_in_shared_batches() -> None:
+    """Six robots submitted together share batches; each gets the chunk of its observation."""
+    policy = make_mock()
+
+    async def scenario() -> list[Reply]:
+        engine = make_engine(policy, max_batch_size=4)
+        await engine.start()
+        sessions = [engine.open_session(peer=f"p{i}") for i in range(6)]
+        replies = await asyncio.gather(
+            *(
+                engine.infer(s, make_obs(i), received_s=engine.clock())
+                for i, s in enumerate(sessions)
+            )
+        )
+        await engine.stop()
+        return replies
+
+    replies = run(scenario)
+    for i, reply in enumerate(replies):
+        np.testing.assert_array_equal(reply.actions, expected_actions(policy, make_obs(i)))
+        assert reply.next_request_index is None and not reply.is_armory
+    assert sorted(policy.batch_sizes, reverse=True)[0] == 4
+    assert sum(policy.batch_sizes) == 6
+
+
+def test_engine_learns_the_measured_forward_time() -> None:
+    """A profile seeded at 1 s per pass learns the mock's ~18 ms from measured batches."""
+    policy = make_mock()
+    profile = LatencyProfile({1: 1.0})
+
+    async def scenario() -> dict[int, float]:
+        engine = make_engine(policy, profile=profile)
+        await engine.start()
+        session = engine.open_session(peer="p")
+        for step in range(3):
+            await engine.infer(session, make_obs(0, step), received_s=engine.clock())
+        await engine.stop()
+        return engine.stats().latency_points_s
+
+    points = run(scenario)
+    assert 0.015 <= points[1] < 0.1
+
+
+class _WaitForTwo(Scheduler):
+    """Holds a lone robot until ``hold_until_s``; serves as soon as two are eligible."""
+
+    name = "wait-for-two"
+
+    def __init__(self, hold_until_s: float) -> None:
+        self.hold_until_s = hold_until_s
+        self.calls: list[tuple[float, int]] = []
+
+    def schedule(self, snapshot: Snapshot) -> Batch:
+        ids = tuple(int(i) for i in snapshot.robot_id[snapshot.eligible])
+        self.calls.append((snapshot.now_s, len(ids)))
+        if len(ids) < 2 and snapshot.now_s < self.hold_until_s:
+            return Batch((), wait_until_s=self.hold_until_s)
+        return Batch(ids[: snapshot.max_batch_size])
+
+
+def test_wait_until_is_honoured() -> None:
+    """An empty batch with wait_until_s: the loop asks again at that time, not before."""
+    policy = make_mock()
+
+    async def scenario() -> tuple[float, _WaitForTwo]:
+        start = time.monotonic()
+        scheduler = _WaitForTwo(hold_until_s=start + 0.15)
+        engine = make_engine(policy, scheduler=scheduler)
+        await engine.start()
+        reply = await engine.infer(engine.open_session(peer="a"), make_obs(0), received_s=start)
+        await engine.stop()
+        return reply.wait_s, scheduler
+
+    wait_s, scheduler = run(scenario)
+    assert 0.13 < wait_s < 0.3
+    assert [n for _, n in scheduler.calls] == [1, 1]
+
+
+def test_new_request_cuts_a_wait_short() -> None:
+    """A request arriving during a wait wakes the loop at once."""
+    policy = make_mock()
+
+    async def scenario() -> list[Reply]:
+        start = time.monotonic()
+        engine = make_engine(policy, scheduler=_WaitForTwo(hold_until_s=start + 5.0))
+        await engine.start()
+        first = asyncio.ensure_future(
+            engine.infer(engine.open_session(peer="a"), make_obs(0), received_s=start)
+        )
+        await asyncio.sleep(0.05)
+        second = engine.infer(engine.open_session(peer="b"), make_obs(1), received_s=start)
+        replies = list(await asyncio.gather(first, second))
+        await engine.stop()
+        return replies
+
+    replies = run(scenario)
+    assert [r.batch_size for r in replies] == [2, 2]
+    assert replies[0].wait_s < 0.5
+
+
+def test_disconnect_mid_batch_drops_only_that_chunk() -> None:
+    """A session closed while its batch computes: the others are answered, its chunk dropped."""
+    policy = GatedPolicy(make_mock())
+
+    async def scenario() -> tuple[list[Any], dict[str, Any]]:
+        engine = make_engine(policy, max_batch_size=4)
+        await engine.start()
+        sessions = [engine.open_session(peer=f"p{i}") for i in range(3)]
+        tasks = [
+            asyncio.ensure_future(engine.infer(s, make_obs(i), received_s=engine.clock()))
+            for i, s in enumerate(sessions)
+        ]
+        first = await asyncio.to_thread(policy.next_batch)
+        assert first[0]["observation/state"][0] == make_obs(0)["observation/state"][0]
+        # Close a robot of the running batch.
+        engine.close_session(sessions[0])
+        policy.allow(10)
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        # The engine keeps serving the others.
+        again = await engine.infer(sessions[1], make_obs(1, 1), received_s=engine.clock())
+        results.append(again)
+        stats = engine.stats()
+        await engine.stop()
+        return results, {"dropped": stats.num_dropped_chunks, "sessions": stats.num_sessions}
+
+    results, stats = run(scenario)
+    assert isinstance(results[0], SessionClosed)
+    for i in (1, 2):
+        np.testing.assert_array_equal(results[i].actions, expected_actions(policy, make_obs(i)))
+    np.testing.assert_array_equal(results[3].actions, expected_actions(policy, make_obs(1, 1)))
+    assert stats == {"dropped": 1, "sessions": 2}
+
+
+class _Fragile(Policy):
+    """The mock, but raises on any batch holding an observation whose state starts at 999."""
+
+    def __init__(self) -> None:
+        self.inner = make_mock()
+        self.lock = threading.Lock()
+
+    @property
+    def metadata(self) -> PolicyMetadata:
+        return self.inner.metadata
+
+    def infer_batch(self, observations: Sequence[Mapping[str, Any]]) -> list[np.ndarray]:
+        if any(obs["observation/state"][0] == 999 for obs in observations):
+            raise ValueError("state out of range")
+        return self.inner.infer_batch(observations)
+
+
+def test_policy_failure_costs_only_the_offending_robot() -> None:
+    """A batch that raises is retried one by one: only the bad observation gets an error."""
+    policy = _Fragile()
+    bad = make_obs(9)
+    bad["observation/state"] = np.full(8, 999, np.float32)
+
+    async def scenario() -> list[Any]:
+        engine = make_engine(policy, max_batch_size=4, scheduler=_WaitForTwo(time.monotonic() + 5))
+        await engine.start()
+        good_session, bad_session = (engine.open_session(peer=p) for p in "ab")
+        results = await asyncio.gather(
+            engine.infer(good_session, make_obs(0), received_s=engine.clock()),
+            engine.infer(bad_session, bad, received_s=engine.clock()),
+            return_exceptions=True,
+        )
+        await engine.stop()
+        return results
+
+    good, error = run(scenario)
+    np.testing.assert_array_equal(good.actions, expected_actions(policy, make_obs(0)))
+    assert isinstance(error, PolicyError)
+    assert "ValueError: state out of range" in str(error)
+    assert "Traceback" not in str(error)
+
+
+def test_request_before_min_horizon_is_refused() -> None:
+    """An observation only 1 action into its chunk, with min horizon 3, cannot be served."""
+
+    async def scenario() -> None:
+        engine = make_engine()
+        await engine.start()
+        session = engine.open_session(peer="a")
+        reply = await engine.infer(
+            session, attach(make_obs(0), armory_state("a")), received_s=engine.clock()
+        )
+        state = armory_state(
+            "a",
+            action_index=reply.chunk_start + 1,
+            actions_left=9,
+            chunk_start=reply.chunk_start,
+            min_execution_horizon=3,
+        )
+        try:
+            with pytest.raises(QueueStateError, match="min_execution_horizon is 3"):
+                await engine.infer(
+                    session, attach(make_obs(0, 1), state), received_s=engine.clock()
+                )
+        finally:
+            await engine.stop()
+
+    run(scenario)
+
+
+def test_armory_reply_carries_chunk_start_and_next_request_index() -> None:
+    """The chunk starts at the reported index; the next index follows the directed rule."""
+
+    async def scenario() -> list[Reply]:
+        engine = make_engine(directed_margin_s=0.0)
+        await engine.start()
+        session = engine.open_session(peer="a")
+        replies = []
+        state = armory_state("a", action_index=0)
+        for step in range(3):
+            reply = await engine.infer(
+                session, attach(make_obs(0, step), state), received_s=engine.clock()
+            )
+            replies.append(reply)
+            index = reply.next_request_index
+            state = armory_state(
+                "a",
+                action_index=index,
+                actions_left=reply.chunk_start + 10 - index,
+                chunk_start=reply.chunk_start,
+            )
+        await engine.stop()
+        return replies
+
+    replies = run(scenario)
+    assert [r.chunk_start for r in replies] == [
+        0,
+        replies[0].next_request_index,
+        replies[1].next_request_index,
+    ]
+    for reply in replies:
+        # lead: links (2 x 2 ms) + 2 forward passes of ~18 ms: ~40 ms = 1 action at 20 Hz.
+        assert reply.chunk_start + 8 <= reply.next_request_index <= reply.chunk_start + 9
+
+
+def test_new_episode_restarts_the_indices() -> None:
+    """A new episode id may restart the action index at 0."""
+
+    async def scenario() -> list[int]:
+        engine = make_engine()
+        await engine.start()
+        session = engine.open_session(peer="a")
+        starts = []
+        for episode, index in [(0, 0), (0, 10), (1, 0)]:
+            state = armory_state(
+                "a",
+                action_index=index,
+                chunk_start=None if index == 0 else 0,
+                episode_id=episode,
+            )
+            reply = await engine.infer(
+                session, attach(make_obs(0, index), state), received_s=engine.clock()
+            )
+            starts.append(reply.chunk_start)
+        await engine.stop()
+        return starts
+
+    assert run(scenario) == [0, 10, 0]
+
+
+def test_newer_connection_of_the_same_robot_replaces_the_older() -> None:
+    """A second session reporting the same robot id evicts the first."""
+    evicted: list[str] = []
+
+    async def scenario() -> bool:
+        engine = make_engine()
+        await engine.start()
+        old = engine.open_session(peer="a", evict=evicted.append)
+        new = engine.open_session(peer="b")
+        await engine.infer(old, attach(make_obs(0), armory_state("arm")), received_s=engine.clock())
+        await engine.infer(new, attach(make_obs(1), armory_state("arm")), received_s=engine.clock())
+        await engine.stop()
+        return old.closed
+
+    assert run(scenario)
+    assert evicted == ["replaced by a newer connection of robot 'arm'"]
+
+
+def test_engine_reads_time_from_its_clock() -> None:
+    """Deadlines live on the injected clock: a plain client's deadline is its arrival."""
+    offset = 1000.0
+
+    async def scenario() -> float:
+        engine = make_engine(clock=lambda: time.monotonic() + offset, default_link_s=0.0)
+        await engine.start()
+        session = engine.open_session(peer="a")
+        received = engine.clock()
+        policy_gate = asyncio.ensure_future(engine.infer(session, make_obs(0), received_s=received))
+        await policy_gate
+        # After the answer the mirror expects the chunk to last 10 actions at 20 Hz.
+        deadline = engine.loop.mirror.deadline_of(session.engine_id)
+        await engine.stop()
+        return deadline - received
+
+    assert 0.5 <= run(scenario) < 0.7

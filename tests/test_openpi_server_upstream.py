@@ -1,0 +1,96 @@
+"""The unmodified PyPI openpi-client (0.1.2, numpy<2) against an Armory server.
+
+The client lives in its own venv, ``.venv-openpi`` (created by scripts/test.sh),
+because it needs numpy<2; the test runs a small script there as a subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from server_harness import expected_actions, make_mock, running_server
+
+from armory.policies.base import conform_observation
+
+ROOT = Path(__file__).resolve().parents[1]
+OPENPI_PYTHON = ROOT / ".venv-openpi" / "bin" / "python"
+
+# Builds the observation without a random generator, so both numpy versions agree.
+_SCRIPT = """
+import json, sys
+import numpy as np
+from openpi_client import websocket_client_policy
+
+def image(offset):
+    return ((np.arange(224 * 224 * 3) + offset) % 251).astype(np.uint8).reshape(224, 224, 3)
+
+obs = {
+    "observation/image": image(0),
+    "observation/wrist_image": image(7),
+    "observation/state": np.linspace(-1.0, 1.0, 8),  # float64, as openpi examples send
+    "prompt": "pick up the fork",
+}
+policy = websocket_client_policy.WebsocketClientPolicy(
+    host="127.0.0.1", port=int(sys.argv[1]), api_key=sys.argv[2]
+)
+metadata = policy.get_server_metadata()
+replies = [policy.infer(obs) for _ in range(2)]
+print(json.dumps({
+    "numpy": np.__version__,
+    "metadata_keys": sorted(metadata),
+    "reply_keys": sorted(replies[1]),
+    "server_timing": sorted(replies[1]["server_timing"]),
+    "shape": list(replies[0]["actions"].shape),
+    "dtype": str(replies[0]["actions"].dtype),
+    "actions": [r["actions"].tolist() for r in replies],
+}))
+"""
+
+
+def _observation() -> dict[str, object]:
+    def image(offset: int) -> np.ndarray:
+        return ((np.arange(224 * 224 * 3) + offset) % 251).astype(np.uint8).reshape(224, 224, 3)
+
+    return {
+        "observation/image": image(0),
+        "observation/wrist_image": image(7),
+        "observation/state": np.linspace(-1.0, 1.0, 8),
+        "prompt": "pick up the fork",
+    }
+
+
+@pytest.mark.skipif(
+    not OPENPI_PYTHON.exists(),
+    reason=".venv-openpi is absent: scripts/test.sh creates it (pip install openpi-client==0.1.2)",
+)
+def test_unmodified_openpi_client_round_trips() -> None:
+    """openpi-client 0.1.2 reads the metadata and gets the chunk of its own observation."""
+    policy = make_mock()
+    with running_server(policy, api_key="upstream-key") as server:
+        done = subprocess.run(
+            [str(OPENPI_PYTHON), "-c", _SCRIPT, str(server.port), "upstream-key"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        deadline = time.monotonic() + 5
+        while server.stats().num_sessions and time.monotonic() < deadline:
+            time.sleep(0.01)
+        stats = server.stats()
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["numpy"].startswith("1.")
+    assert {"action_horizon", "action_dim", "inputs", "armory"} <= set(result["metadata_keys"])
+    assert result["reply_keys"] == ["actions", "policy_timing", "server_timing"]
+    assert result["server_timing"] == ["infer_ms", "prev_total_ms", "queue_ms"]
+    assert result["shape"] == [10, 7] and result["dtype"] == "float32"
+    inputs = policy.metadata.inputs
+    expected = expected_actions(policy, conform_observation(_observation(), inputs))
+    for actions in result["actions"]:
+        np.testing.assert_array_equal(np.asarray(actions, dtype=np.float32), expected)
+    assert stats.num_replies == 2 and stats.num_errors == 0

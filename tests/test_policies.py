@@ -1,0 +1,174 @@
+"""Policy interface: declared inputs, observation validation, the mock and policy:python."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from server_harness import make_obs
+
+from armory.engine.errors import ObservationError
+from armory.engine.latency_profile import LinearProfileConfig
+from armory.policies.base import InputSpec, conform_observation, validate_observation
+from armory.policies.mock import MockPolicy, MockPolicyConfig, mock_actions
+from armory.policies.python import PythonPolicyConfig
+
+INPUTS = MockPolicyConfig().inputs()
+
+
+def test_mock_declares_two_cameras_a_state_and_an_optional_prompt() -> None:
+    """The mock's default inputs: two uint8 224x224x3 images, float32 state (8,), prompt str."""
+    assert MockPolicyConfig().inputs() == {
+        "observation/image": InputSpec((224, 224, 3), "uint8"),
+        "observation/wrist_image": InputSpec((224, 224, 3), "uint8"),
+        "observation/state": InputSpec((8,), "float32"),
+        "prompt": InputSpec((), "str", required=False),
+    }
+
+
+def test_mock_inputs_are_configurable() -> None:
+    """Keys, image shape, state size and the prompt are options."""
+    config = MockPolicyConfig(
+        image_keys=("cam",), image_shape=(64, 48, 3), state_key="q", state_dim=3, prompt_key=None
+    )
+    assert config.inputs() == {"cam": InputSpec((64, 48, 3), "uint8"), "q": InputSpec((3,))}
+
+
+def test_valid_observation_passes_with_extra_keys_and_prompt() -> None:
+    """A matching observation passes; undeclared keys are allowed."""
+    obs = make_obs(0, prompt="pick up the cube") | {"extra": [1, 2]}
+    validate_observation(obs, INPUTS)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"observation/state": None},
+            "observation lacks required input 'observation/state' (expected float32 (8,))",
+        ),
+        (
+            {"observation/image": np.zeros((100, 100, 3), np.uint8)},
+            "observation input 'observation/image': expected shape (224, 224, 3), "
+            "received (100, 100, 3) (uint8)",
+        ),
+        (
+            {"observation/image": np.zeros((224, 224, 3), np.float32)},
+            "observation input 'observation/image': expected dtype uint8, received float32",
+        ),
+        (
+            {"observation/state": np.array([object()] * 8)},
+            "observation input 'observation/state': dtype '|O' (object) is not allowed",
+        ),
+        (
+            {"observation/state": np.zeros(8, dtype=[("a", "f4")])},
+            "(void/structured) is not allowed",
+        ),
+        (
+            {"observation/state": [0.0] * 8},
+            "observation input 'observation/state': expected an ndarray float32 (8,), "
+            "received list",
+        ),
+        ({"prompt": 5}, "observation input 'prompt': expected str, received int"),
+    ],
+)
+def test_bad_observation_names_key_expected_and_received(
+    change: dict[str, object], message: str
+) -> None:
+    """Each mismatch raises an ObservationError naming the key, what was expected and got."""
+    obs = make_obs(0)
+    for key, value in change.items():
+        if value is None:
+            del obs[key]
+        else:
+            obs[key] = value
+    with pytest.raises(ObservationError) as info:
+        validate_observation(obs, INPUTS)
+    assert message in str(info.value)
+
+
+def test_float_inputs_accept_other_real_dtypes_and_are_converted() -> None:
+    """A float64 state (what np.random.rand gives) is accepted and converted to float32."""
+    obs = make_obs(0)
+    obs["observation/state"] = np.arange(8, dtype=np.float64)
+    out = conform_observation(obs, INPUTS)
+    assert out["observation/state"].dtype == np.float32
+    np.testing.assert_array_equal(out["observation/state"], np.arange(8))
+    assert obs["observation/state"].dtype == np.float64  # the input map is not modified
+
+
+def test_wildcard_dimensions_accept_any_size() -> None:
+    """A None dimension matches any size; the rank must still agree."""
+    inputs = {"points": InputSpec((None, 3), "float32")}
+    validate_observation({"points": np.zeros((17, 3), np.float32)}, inputs)
+    with pytest.raises(ObservationError, match=r"expected shape \(\*, 3\)"):
+        validate_observation({"points": np.zeros(3, np.float32)}, inputs)
+
+
+def test_input_spec_refuses_object_dtype() -> None:
+    """A policy cannot declare an object input."""
+    with pytest.raises(ValueError, match="object"):
+        InputSpec((1,), "O")
+
+
+def test_mock_actions_are_deterministic_and_depend_on_each_input() -> None:
+    """The chunk is a pure function of the observation; changing one pixel changes it."""
+    obs = make_obs(3, prompt="a")
+    first = mock_actions(obs, INPUTS, 10, 7)
+    assert first.shape == (10, 7) and first.dtype == np.float32
+    np.testing.assert_array_equal(first, mock_actions(dict(obs), INPUTS, 10, 7))
+    for key, value in [
+        ("observation/wrist_image", obs["observation/wrist_image"].copy()),
+        ("observation/state", obs["observation/state"] + np.float32(1e-3)),
+        ("prompt", "b"),
+    ]:
+        if isinstance(value, np.ndarray) and value.dtype == np.uint8:
+            value[0, 0, 0] ^= 1
+        assert not np.array_equal(first, mock_actions(obs | {key: value}, INPUTS, 10, 7)), key
+
+
+def test_mock_sleeps_for_the_profile_latency_of_the_batch_size() -> None:
+    """A batch of b sleeps about intercept + slope * b (less the time spent hashing)."""
+    slept: list[float] = []
+    config = MockPolicyConfig(
+        latency_profile="linear", linear=LinearProfileConfig(intercept_s=0.5, slope_s=0.25)
+    )
+    policy = MockPolicy(config, sleep=slept.append)
+    chunks = policy.infer_batch([make_obs(i) for i in range(3)])
+    assert len(chunks) == 3 and policy.batch_sizes == [3]
+    assert 1.2 < slept[0] <= 1.25
+    assert policy.metadata.latency_points == {1: 0.75, 2: 1.0}
+
+
+def test_mock_rejects_unknown_latency_profile() -> None:
+    """An unknown preset names the valid ones."""
+    with pytest.raises(ValueError, match="valid names: l40s-pi05, l40s-pi05-paper, linear"):
+        MockPolicyConfig(latency_profile="h100")
+
+
+def test_python_policy_config_calls_the_factory() -> None:
+    """policy:python imports module:callable and calls it with the JSON kwargs."""
+    config = PythonPolicyConfig(
+        factory="server_harness:make_mock", kwargs='{"action_horizon": 4, "action_dim": 2}'
+    )
+    policy = config.make()
+    assert (policy.metadata.action_horizon, policy.metadata.action_dim) == (4, 2)
+
+
+@pytest.mark.parametrize(
+    ("factory", "kwargs", "message"),
+    [
+        ("no_colon", "{}", "package.module:callable"),
+        ("server_harness:make_mock", "[1]", "JSON object"),
+        ("server_harness:make_mock", "{", "not JSON"),
+    ],
+)
+def test_python_policy_config_names_bad_values(factory: str, kwargs: str, message: str) -> None:
+    """Malformed factory names and kwargs are refused with the option's name."""
+    with pytest.raises(ValueError, match=message):
+        PythonPolicyConfig(factory=factory, kwargs=kwargs)
+
+
+def test_python_policy_config_refuses_non_policies() -> None:
+    """A factory that returns something else than a Policy is refused."""
+    with pytest.raises(ValueError, match="not an armory Policy"):
+        PythonPolicyConfig(factory="server_harness:make_obs", kwargs='{"seed": 1}').make()
