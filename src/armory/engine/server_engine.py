@@ -24,7 +24,12 @@ from armory.engine.config import ServerConfig
 from armory.engine.errors import QueueStateError, SessionClosed
 from armory.engine.executor import Executor
 from armory.engine.latency_profile import LatencyProfile
-from armory.engine.session import RequestPlan, Session, directed_send_index
+from armory.engine.session import (
+    RequestPlan,
+    Session,
+    directed_lead_s,
+    directed_send_index,
+)
 from armory.policies.base import Policy, PolicyMetadata, conform_observation
 from armory.scheduling.base import Scheduler
 
@@ -240,15 +245,12 @@ class ServerEngine:
         self._by_name[session.robot_name] = session
 
     def _lead_s(self, plan: RequestPlan) -> float:
-        """Seconds of motion a directed robot should still hold when it sends its next
-        observation: both link delays, two forward passes at the recent batch size (one
-        already running when it arrives, then its own) and a margin."""
-        batch = max(1, min(round(self.loop.recent_batch_size), self.config.max_batch_size))
-        return (
-            plan.limits.uplink_s
-            + plan.limits.downlink_s
-            + 2 * self.loop.profile.latency_s(batch)
-            + self.config.directed_margin_s
+        return directed_lead_s(
+            plan.limits,
+            self.loop.profile,
+            self.loop.recent_batch_size,
+            self.config.max_batch_size,
+            self.config.directed_margin_s,
         )
 
 

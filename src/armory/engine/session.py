@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from armory.engine.config import PlainClientDefaults
 from armory.engine.errors import QueueStateError
+from armory.engine.latency_profile import LatencyProfile
 from armory.engine.queue_mirror import NO_CHUNK, QueueReport, RobotLimits
 
 if TYPE_CHECKING:
@@ -182,6 +183,20 @@ class Session:
         self.num_replies += 1
         self.last_total_s = sent_s - received_s
         self.last_reply_sent_s = sent_s
+
+
+def directed_lead_s(
+    limits: RobotLimits,
+    profile: LatencyProfile,
+    recent_batch_size: float,
+    max_batch_size: int,
+    margin_s: float,
+) -> float:
+    """Seconds of motion a directed robot should still hold when it sends its next
+    observation: both link delays, two forward passes at the recent batch size (one
+    already running when it arrives, then its own) and a margin."""
+    batch = max(1, min(round(recent_batch_size), max_batch_size))
+    return limits.uplink_s + limits.downlink_s + 2 * profile.latency_s(batch) + margin_s
 
 
 def directed_send_index(chunk_start: int, limits: RobotLimits, lead_s: float) -> int:

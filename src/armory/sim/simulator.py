@@ -21,7 +21,7 @@ from enum import IntEnum
 import numpy as np
 
 from armory.engine.queue_mirror import QueueMirror, QueueReport, RobotLimits
-from armory.engine.session import directed_send_index
+from armory.engine.session import directed_lead_s, directed_send_index
 from armory.fleet_spec import DelaySpec, FleetSpec
 from armory.scheduling.base import Scheduler
 from armory.scheduling.snapshot import check_batch
@@ -207,7 +207,7 @@ class Simulator:
         self._gpu_busy = False
         self.server_profile.observe(len(batch.robot_ids), latency_s)
         self.scheduler.on_batch_done(batch, latency_s)
-        self._recent_batch_size += 0.25 * (len(batch.robot_ids) - self._recent_batch_size)
+        self._recent_batch_size += 0.2 * (len(batch.robot_ids) - self._recent_batch_size)
         for i, start, obs_time_s in chunks:
             robot = self.robots[i]
             land_s = t_s + self._delay_s(robot.spec.downlink)
@@ -217,17 +217,13 @@ class Simulator:
             self._push(land_s, _Event.LAND, (i, start, obs_time_s, send_index))
         self._try_schedule(t_s)
 
-
     def _directed_lead_s(self, i: int) -> float:
-        """Seconds of motion a directed robot should still hold when it sends: both links,
-        two forward passes at the recent batch size and the margin (as the server does)."""
-        limits = self._limits[i]
-        size = max(1, min(round(self._recent_batch_size), self.fleet.max_batch_size))
-        return (
-            limits.uplink_s
-            + limits.downlink_s
-            + 2 * self.server_profile.latency_s(size)
-            + self.fleet.threshold_margin_s
+        return directed_lead_s(
+            self._limits[i],
+            self.server_profile,
+            self._recent_batch_size,
+            self.fleet.max_batch_size,
+            self.fleet.threshold_margin_s,
         )
 
 
