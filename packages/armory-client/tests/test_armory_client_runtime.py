@@ -152,7 +152,7 @@ def make_config(**overrides: Any) -> RuntimeConfig:
         "robot_id": "r0",
         "control_hz": HZ,
         "max_execution_horizon": E,
-        "min_execution_horizon": 2,
+        "min_execution_horizon": 1,
         "request_mode": "every-tick",
         "threshold_margin_s": 0.0,
         "duration_s": 1.0,
@@ -222,23 +222,26 @@ def test_every_tick_instant_server_one_request_per_tick() -> None:
 
 def test_every_tick_slow_server_sends_newest_on_reply() -> None:
     """every-tick with 2.5-period replies: the newest observation waits and goes out the
-    moment the reply lands, with the queue state after that reply."""
+    moment the reply lands, with the queue state after that reply, once the robot is
+    min_execution_horizon actions into its chunk."""
     clock = FakeClock()
     robot = FakeRobot(clock)
     client = FakeClient(clock, delay_s=2.5 * PERIOD_S)
     _, summary = run_runtime(clock, robot, client, make_config())
-    # Requests at 0, 2.5, 5, ... periods: one per reply, never two in flight.
-    assert summary.num_requests == math.ceil(100 / 2.5)
+    # The first reply lands before the robot has executed anything of its chunk: the
+    # next request waits for tick 3. From then on one per reply, never two in flight.
+    assert summary.num_requests == 40
     gaps = np.diff(client.request_times_s)
-    assert np.allclose(gaps, 2.5 * PERIOD_S)
+    assert gaps[0] == pytest.approx(3 * PERIOD_S)
+    assert np.allclose(gaps[1:], 2.5 * PERIOD_S)
     assert summary.num_starved_ticks == 0
     assert_actions_match_indices(robot)
-    # Sent at 2.5 periods: tick 2's observation (nothing executed yet) with the queue as
-    # it is once the first chunk landed; at 5 periods: tick 4's, after 2 actions.
+    # Sent at tick 3 (one action into the first chunk), then at 5.5 periods: tick 5's
+    # observation, with the queue as it is once the second chunk (from index 1) landed.
     queue_states = [
         (r["action_index"], r["chunk_start"], r["actions_left"]) for r in client.requests
     ]
-    assert queue_states[:3] == [(0, None, 0), (0, 0, 10), (2, 0, 8)]
+    assert queue_states[:3] == [(0, None, 0), (1, 0, 9), (3, 1, 8)]
 
 
 def test_threshold_sends_once_per_chunk_and_never_starves() -> None:

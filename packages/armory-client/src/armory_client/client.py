@@ -157,6 +157,11 @@ class _ClientBase:
 
     def _connection_lost(self, exc: ConnectionClosed) -> ConnectionLost:
         """The error for a connection closed while a request was in flight."""
+        if exc.rcvd is not None and exc.rcvd_then_sent and exc.rcvd.code == _CLOSE_TOO_BIG:
+            # The server closed first: it refused our request as too large.
+            return ConnectionLost(
+                f"server at {self._uri} refused the request as too large: {exc.rcvd.reason}"
+            )
         if exc.sent is not None and exc.sent.code == _CLOSE_TOO_BIG:
             return ConnectionLost(
                 f"reply from {self._uri} exceeded max_size={self._max_size} bytes; "

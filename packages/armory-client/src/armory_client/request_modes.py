@@ -75,8 +75,14 @@ class EveryTick(RequestMode):
     name = "every-tick"
 
     def should_send(self, state: SendState) -> bool:
-        """Always: while a request is in flight the newest observation waits for its reply."""
-        return True
+        """Every tick once the robot is `min_execution_horizon` actions into its chunk (the
+        server could not serve an earlier observation), at once before the first chunk or
+        with an empty queue. While a request is in flight the newest observation waits."""
+        return (
+            state.chunk_start is None
+            or state.actions_left == 0
+            or state.action_index - state.chunk_start >= state.min_execution_horizon
+        )
 
 
 @dataclasses.dataclass(frozen=True)
