@@ -2,19 +2,21 @@
 
 Two regimes, told apart at every decision.
 
-Within capacity, serve each robot as late as it safely can. Robots are ordered
-by when their next chunk must have finished computing (deadline minus downlink,
-the *due* time). For each batch size ``b`` the scheduler imagines serving that
-order in back-to-back batches of ``b`` and adds up how late each robot's chunk
-would land, weighted by what the robot loses per second of starvation (weight x
-control rate). Among the sizes that make nobody late it takes the one that buys
-the most motion per GPU second (a chunk computed from an observation taken
-``age`` ago and landing after ``latency(b)`` adds ``E/f - latency(b) - age``
-seconds), and it starts that batch only at its *latest start*: the last moment
-at which every robot in the order is still on time. Serving late means the
-observation behind each chunk is fresh, the chunk wastes few of its actions on
-time already passed, and each robot needs fewer chunks per second, which leaves
-the GPU room for everyone else.
+Within capacity, serve each robot as late as it safely can. Every robot the
+server knows is ordered by when its next chunk must have finished computing
+(deadline minus downlink, the *due* time); robots that have not asked yet need
+GPU time too, but only eligible ones can ride the next batch. For each batch
+size ``b`` the scheduler imagines serving that order in back-to-back batches of
+``b`` and adds up how late each robot's chunk would land, weighted by what the
+robot loses per second of starvation (weight x control rate). Among the sizes
+that make nobody late it takes the one that buys the most motion per GPU second
+(a chunk computed from an observation taken ``age`` ago and landing after
+``latency(b)`` adds ``E/f - latency(b) - age`` seconds), and it starts that
+batch only at its *latest start*: the last moment at which every robot in the
+order is still on time. Serving late means the observation behind each chunk is
+fresh, the chunk wastes few of its actions on time already passed, and each
+robot needs fewer chunks per second, which leaves the GPU room for everyone
+else.
 
 Over capacity, somebody starves whatever is done, and the question becomes who
 and how efficiently. The fleet is over capacity when its fluid optimum
@@ -91,17 +93,20 @@ class JustInTimeScheduler(Scheduler):
     def schedule(self, snapshot: Snapshot) -> Batch:
         """Called whenever the executor is free and at least one robot is eligible."""
         s = snapshot
-        rows = np.flatnonzero(s.eligible)
-        if rows.size == 0:
+        if not s.eligible.any():
             return Batch(())
         now = s.now_s
-        due = s.deadline_s[rows] - s.downlink_s[rows]
-        order = np.lexsort((s.contact_order[rows], due))
-        rows, due = rows[order], due[order]
+        # The plan covers every robot the server knows, in due order: robots whose
+        # requests are still on their way (threshold and directed clients ask late)
+        # need GPU time too. Only eligible robots can ride the next batch.
+        due = s.deadline_s - s.downlink_s
+        rows = np.lexsort((s.contact_order, due))
+        due = due[rows]
         value_per_s = s.weight[rows] * s.control_hz[rows]
         latency = s.latency_table_s
-        sizes = candidate_sizes(min(s.max_batch_size, rows.size))
-        margin = self.margin_s + self.margin_ticks / float(np.max(s.control_hz[rows]))
+        candidates = rows[s.eligible[rows]]
+        sizes = candidate_sizes(min(s.max_batch_size, candidates.size))
+        margin = self.margin_s + self.margin_ticks / float(np.max(s.control_hz[candidates]))
 
         # Back-to-back batches of each size over the due order: when each robot's chunk
         # finishes computing, how late that is, and the latest start keeping all on time.
@@ -110,22 +115,28 @@ class JustInTimeScheduler(Scheduler):
         lateness = np.maximum(0.0, now + finish_s + margin - due[None, :])
         tardiness = np.round((lateness * value_per_s[None, :]).sum(axis=1), 9)
         latest_start_s = (due[None, :] - finish_s).min(axis=1) - margin
-        if tardiness.min() > self.overload_actions * float(np.max(s.weight[rows])):
+        weights = s.weight[candidates]
+        if tardiness.min() > self.overload_actions * float(weights.max()):
             fleet_fits, sizes_used = self._fluid_optimum(s)
-            weights = s.weight[rows]
             if not fleet_fits and (sizes_used.max() > 1 or weights.max() > weights.min()):
                 return self._overloaded(s, sizes_used)
 
         # The least late size; among equals, the most motion per GPU second in its first
-        # batch. It waits for its latest start only if it makes nobody late.
-        fresh_s = s.chunk_seconds()[rows] - s.downlink_s[rows] - (now - s.obs_time_s[rows])
+        # batch (the first eligible robots in due order). It waits for its latest start
+        # only if that makes nobody late.
+        fresh_s = (
+            s.chunk_seconds()[candidates]
+            - s.downlink_s[candidates]
+            - (now - s.obs_time_s[candidates])
+        )
         gain_s = np.maximum(0.0, fresh_s[None, :] - latency[sizes][:, None])
-        in_batch = positions[None, :] < sizes[:, None]
-        efficiency = (gain_s * value_per_s[None, :] * in_batch).sum(axis=1) / latency[sizes]
+        in_batch = np.arange(candidates.size)[None, :] < sizes[:, None]
+        worth_per_s = (gain_s * (s.weight * s.control_hz)[candidates][None, :] * in_batch).sum(1)
+        efficiency = worth_per_s / latency[sizes]
         best = int(np.lexsort((-efficiency, tardiness))[0])
         if tardiness[best] == 0.0 and latest_start_s[best] > now:
             return Batch((), wait_until_s=float(latest_start_s[best]))
-        return Batch(tuple(s.robot_id[rows[: sizes[best]]].tolist()))
+        return Batch(tuple(s.robot_id[candidates[: sizes[best]]].tolist()))
 
     def _overloaded(self, s: Snapshot, sizes_used: np.ndarray) -> Batch:
         """The batch, of a size the fluid optimum uses, that buys the most weighted
