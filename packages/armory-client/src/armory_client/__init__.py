@@ -5,6 +5,9 @@ byte-compatible msgpack-numpy codec in `codec`; `RobotState` is the queue state 
 Armory client attaches to each observation under `ARMORY_KEY`, `ReplyState` what an
 Armory server answers under the same key. `RobotRuntime` plays an `ActionQueue` at
 the robot's control rate and requests chunks in one of the `REQUEST_MODES`.
+`merge` holds the chunk merge rules (`MERGE_RULES`, real-time chunking),
+`image_prep` resizes, casts and JPEG-encodes camera frames (pillow optional), and
+`safety` checks every action before it reaches the motors.
 """
 
 from armory_client.action_queue import ActionQueue
@@ -19,6 +22,31 @@ from armory_client.errors import (
     ProtocolError,
     RequestTimeout,
     ServerError,
+)
+from armory_client.image_prep import (
+    DEFAULT_JPEG_QUALITY,
+    ImageSpec,
+    decode_jpeg,
+    encode_jpeg,
+    image_specs,
+    prepare_images,
+    resize_with_pad,
+    to_uint8,
+)
+from armory_client.merge import (
+    MERGE_RULES,
+    IndexedActions,
+    Landing,
+    MergeResult,
+    MergeRule,
+    QueueState,
+    Rtc,
+    RtcRequest,
+    TemporalEnsemble,
+    make_merge_rule,
+    merge_chunk,
+    rtc_delay_ticks,
+    rtc_request,
 )
 from armory_client.queue_state import ARMORY_KEY, WIRE_VERSION, RobotState, attach, detach
 from armory_client.reply_state import ACTIONS_KEY, ReplyState, parse_reply
@@ -35,12 +63,15 @@ from armory_client.request_modes import (
 from armory_client.robot import Robot
 from armory_client.runtime import InferClient, RobotRuntime, RuntimeConfig
 from armory_client.runtime_stats import RequestRecord, RuntimeStats, RuntimeSummary, TickRecord
+from armory_client.safety import SafetyConfig, SafetyLayer, SafetyStop
 
 __all__ = [
     "ACTIONS_KEY",
     "ARMORY_KEY",
+    "DEFAULT_JPEG_QUALITY",
     "DEFAULT_MAX_SIZE",
     "DEFAULT_PORT",
+    "MERGE_RULES",
     "REQUEST_MODES",
     "WIRE_VERSION",
     "ActionQueue",
@@ -52,9 +83,15 @@ __all__ = [
     "Directed",
     "EveryTick",
     "HandshakeRejected",
+    "ImageSpec",
+    "IndexedActions",
     "InferClient",
+    "Landing",
+    "MergeResult",
+    "MergeRule",
     "PolicyClient",
     "ProtocolError",
+    "QueueState",
     "ReplyState",
     "RequestMode",
     "RequestRecord",
@@ -63,17 +100,33 @@ __all__ = [
     "RobotRuntime",
     "RobotState",
     "RoundTripEstimate",
+    "Rtc",
+    "RtcRequest",
     "RuntimeConfig",
     "RuntimeStats",
     "RuntimeSummary",
+    "SafetyConfig",
+    "SafetyLayer",
+    "SafetyStop",
     "SendState",
     "ServerError",
+    "TemporalEnsemble",
     "Threshold",
     "TickRecord",
     "attach",
+    "decode_jpeg",
     "detach",
+    "encode_jpeg",
+    "image_specs",
+    "make_merge_rule",
     "make_request_mode",
+    "merge_chunk",
     "packb",
     "parse_reply",
+    "prepare_images",
+    "resize_with_pad",
+    "rtc_delay_ticks",
+    "rtc_request",
+    "to_uint8",
     "unpackb",
 ]
