@@ -1,6 +1,6 @@
 """The ``armory`` command line: one frozen dataclass per subcommand, parsed by tyro.
 
-A new subcommand (``fleet``, ...) is a dataclass with a ``run()``
+A new subcommand is a dataclass with a ``run()``
 method returning the exit status, added to :data:`Command`. Mistakes in what the
 user asked for (a bad fleet file, an unknown scheduler) end in one line on
 stderr and exit status 2; anything else is a bug and keeps its traceback.
@@ -8,6 +8,7 @@ stderr and exit status 2; anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import logging
@@ -24,12 +25,14 @@ import yaml
 from tqdm import tqdm
 
 from armory.engine.config import ServerConfig
+from armory.fleet_spec import RequestMode
 from armory.policies.config import PolicyConfig, make_policy
 from armory.policies.mock import MockPolicyConfig
 from armory.scheduling.config import SchedulerConfig
 from armory.scheduling.registry import make_scheduler
 from armory.sim import sweep
 from armory.sim.bound import fleet_bound
+from armory.sim.metrics import SimReport
 from armory.sim.simulator import SimConfig, simulate
 from armory.sim.table import format_report, format_sweep
 
@@ -47,6 +50,16 @@ def _usage_errors() -> Iterator[None]:
         yield
     except (ValueError, OSError, yaml.YAMLError) as exc:
         raise UsageError(" ".join(str(exc).split())) from exc
+
+
+def _print_report(report: SimReport, max_robot_rows: int, json_path: Path | None) -> None:
+    """Print a run's tables; also write its JSON report if asked (simulate and fleet)."""
+    print(format_report(report, max_robot_rows=max_robot_rows))
+    if json_path is not None:
+        with _usage_errors():
+            json_path.parent.mkdir(parents=True, exist_ok=True)
+            json_path.write_text(json.dumps(dataclasses.asdict(report), indent=2) + "\n")
+        print(f"\nwrote {json_path}")
 
 
 @dataclass(frozen=True)
@@ -94,12 +107,7 @@ class Simulate:
         if self.bound:
             system = dataclasses.replace(report.system, bound_starvation=fleet_bound(fleet))
             report = dataclasses.replace(report, system=system)
-        print(format_report(report, max_robot_rows=self.max_robot_rows))
-        if self.json_path is not None:
-            with _usage_errors():
-                self.json_path.parent.mkdir(parents=True, exist_ok=True)
-                self.json_path.write_text(json.dumps(dataclasses.asdict(report), indent=2) + "\n")
-            print(f"\nwrote {self.json_path}")
+        _print_report(report, self.max_robot_rows, self.json_path)
         return 0
 
 
@@ -217,10 +225,77 @@ class Serve:
             ) from exc
 
 
+@dataclass(frozen=True)
+class Fleet:
+    """Run a fleet file's robots as real clients against a policy server; print the same
+    per-robot and fleet metrics as simulate, measured by the robots themselves."""
+
+    fleet: Path
+    """Fleet file (.yaml, .yml or .json), as simulate reads it; see docs/fleet-file.md."""
+    host: str = "127.0.0.1"
+    """Host of the policy server (or a ws:// URI)."""
+    port: int = 8000
+    """Port of the policy server."""
+    duration_s: Annotated[float, tyro.conf.arg(aliases=("--duration",))] = 20.0
+    """Seconds each robot runs."""
+    json_path: Annotated[Path | None, tyro.conf.arg(name="json", metavar="PATH")] = None
+    """Also write the full report here as JSON."""
+    api_key: str | None = None
+    """Send 'Authorization: Api-Key <key>' (default: $ARMORY_API_KEY if set)."""
+    request_mode: RequestMode | None = None
+    """Override the fleet file's request_mode."""
+    inject_delays: bool = True
+    """Sleep each robot's uplink/downlink delay from the fleet file around every request, so a
+    loopback run resembles the simulated links (--no-inject-delays over a real network)."""
+    seed: int = 0
+    """Seeds start phases, injected delays and observation contents."""
+    bound: bool = True
+    """Compute the fleet file's starvation bound (its profile and max batch, as simulate)."""
+    connect_timeout_s: float = 10.0
+    """Seconds to reach the server before giving up."""
+    request_timeout_s: float = 5.0
+    """Seconds a robot waits for one reply before counting a request error."""
+    max_robot_rows: int = 40
+    """Print at most this many robots (the JSON report holds all)."""
+
+    def run(self) -> int:
+        with _usage_errors():
+            try:
+                from armory.fleet import FleetError, FleetOptions, run_fleet
+            except ModuleNotFoundError as exc:
+                if exc.name != "armory_client":
+                    raise
+                raise ValueError(
+                    "armory fleet needs the armory-client package: "
+                    "pip install -e packages/armory-client"
+                ) from exc
+            options = FleetOptions(
+                host=self.host,
+                port=self.port,
+                api_key=self.api_key or os.environ.get(API_KEY_ENV) or None,
+                duration_s=self.duration_s,
+                request_mode=self.request_mode,
+                inject_delays=self.inject_delays,
+                seed=self.seed,
+                connect_timeout_s=self.connect_timeout_s,
+                request_timeout_s=self.request_timeout_s,
+            )
+            fleet = sweep.read_fleet(self.fleet)
+        logging.basicConfig(level=logging.WARNING, format="armory fleet: %(message)s")
+        bound = fleet_bound(fleet) if self.bound else None
+        try:
+            report = asyncio.run(run_fleet(fleet, options, bound_starvation=bound))
+        except FleetError as exc:
+            raise UsageError(str(exc)) from exc
+        _print_report(report, self.max_robot_rows, self.json_path)
+        return 0
+
+
 Command = (
     Annotated[Simulate, tyro.conf.subcommand("simulate")]
     | Annotated[Sweep, tyro.conf.subcommand("sweep")]
     | Annotated[Serve, tyro.conf.subcommand("serve")]
+    | Annotated[Fleet, tyro.conf.subcommand("fleet")]
 )
 
 

@@ -1,9 +1,16 @@
-"""Per-robot and per-fleet metrics of a run, and the JSON report they make."""
+"""Per-robot and per-fleet metrics of a run, and the JSON report they make.
+
+Both ways of running a fleet end here: the simulator (``armory simulate``) and the
+fleet runner (``armory fleet``) each reduce every robot to a :class:`RobotTally` of
+raw counts, and :func:`make_report` turns the tallies and the server's batch
+counts into the same :class:`SimReport`, so one piece of code computes the
+metrics and one prints them (``sim/table.py``).
+"""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -30,6 +37,9 @@ class RobotMetrics:
     """Freshness: mean age of the observation behind each executed action."""
     requests_per_s: float
     """Observations sent per second of the run."""
+    bytes_sent_per_s: float | None = None
+    """Bytes of observations sent per second of the run (None in virtual time: the
+    simulator sends no bytes)."""
 
 
 @dataclass(frozen=True)
@@ -52,11 +62,13 @@ class SystemMetrics:
     """Fraction of the run the GPU spent in forward passes."""
     mean_age_s: float
     inferences_per_s: float
+    bytes_sent_per_robot_per_s: float | None = None
+    """Mean over robots of bytes sent per second (None in virtual time)."""
 
 
 @dataclass(frozen=True)
 class SimReport:
-    """What ``armory simulate`` prints and writes as JSON."""
+    """What ``armory simulate`` and ``armory fleet`` print and write as JSON."""
 
     scheduler: str
     fleet: str
@@ -67,6 +79,29 @@ class SimReport:
     robots: list[RobotMetrics] = field(default_factory=list)
     timing: dict[str, float] = field(default_factory=dict)
     """Wall-clock measurements (vary between runs, unlike everything else)."""
+    clock: str = "virtual"
+    """``virtual`` (the simulator) or ``wall`` (real robots over real sockets)."""
+
+
+@dataclass(frozen=True)
+class RobotTally:
+    """One robot's raw counts over a run, from which its metrics follow."""
+
+    id: str
+    weight: float
+    control_hz: float
+    counted_ticks: int
+    """Ticks since the first chunk landed; every tick when none ever landed."""
+    starved_ticks: int
+    """Counted ticks with an empty queue (every tick when no chunk ever landed)."""
+    executed: int
+    """Actions executed."""
+    age_sum_s: float
+    """Sum over executed actions of the age of the observation behind each."""
+    chunks_applied: int
+    requests_sent: int
+    bytes_sent: int | None = None
+    """Bytes of observations sent; None when nothing went over a wire."""
 
 
 def jain_index(values: Sequence[float]) -> float:
@@ -78,59 +113,110 @@ def jain_index(values: Sequence[float]) -> float:
     return float(np.sum(x) ** 2 / (x.size * total_sq))
 
 
-def build_report(sim: Simulator, end_s: float, bound_starvation: float | None = None) -> SimReport:
-    """Collect the metrics of a finished simulation."""
-    robots = []
-    counted = starved = executed = 0
-    age_sum = 0.0
-    for robot in sim.robots:
-        if robot.first_land_s is None:
-            ticks = robot.tick_index(end_s) + 1
-            r_counted, r_starved = ticks, ticks
-        else:
-            r_counted, r_starved = robot.counted_ticks, robot.starved_ticks
-        counted += r_counted
-        starved += r_starved
-        executed += robot.executed
-        age_sum += robot.age_sum_s
-        active_s = r_counted / robot.control_hz
-        robots.append(
-            RobotMetrics(
-                id=robot.spec.robot_id,
-                weight=robot.spec.weight,
-                control_hz=robot.control_hz,
-                starvation=r_starved / r_counted if r_counted else 0.0,
-                actions_per_s=robot.executed / active_s if active_s > 0 else 0.0,
-                inferences=robot.chunks_applied,
-                mean_age_s=robot.age_sum_s / robot.executed if robot.executed else 0.0,
-                requests_per_s=robot.requests_sent / end_s,
-            )
-        )
-    sizes = sim.batch_sizes
+def robot_metrics(tally: RobotTally, duration_s: float) -> RobotMetrics:
+    """The metrics of one robot's tally over a run of ``duration_s`` seconds."""
+    active_s = tally.counted_ticks / tally.control_hz
+    counted = tally.counted_ticks
+    return RobotMetrics(
+        id=tally.id,
+        weight=tally.weight,
+        control_hz=tally.control_hz,
+        starvation=tally.starved_ticks / counted if counted else 0.0,
+        actions_per_s=tally.executed / active_s if active_s > 0 else 0.0,
+        inferences=tally.chunks_applied,
+        mean_age_s=tally.age_sum_s / tally.executed if tally.executed else 0.0,
+        requests_per_s=tally.requests_sent / duration_s,
+        bytes_sent_per_s=None if tally.bytes_sent is None else tally.bytes_sent / duration_s,
+    )
+
+
+def make_report(
+    tallies: Sequence[RobotTally],
+    *,
+    batch_size_counts: Mapping[int, int],
+    gpu_busy_s: float,
+    duration_s: float,
+    scheduler: str,
+    fleet: str,
+    seed: int,
+    request_mode: str,
+    bound_starvation: float | None = None,
+    timing: Mapping[str, float] | None = None,
+    clock: str = "virtual",
+) -> SimReport:
+    """The report of a run: per-robot metrics from the tallies, fleet metrics from the
+    tallies and the server's forward passes (``batch_size_counts``: passes per size)."""
+    robots = [robot_metrics(t, duration_s) for t in tallies]
+    counted = sum(t.counted_ticks for t in tallies)
+    starved = sum(t.starved_ticks for t in tallies)
+    executed = sum(t.executed for t in tallies)
+    age_sum_s = sum(t.age_sum_s for t in tallies)
+    counts = {int(b): int(n) for b, n in sorted(batch_size_counts.items()) if n}
+    num_batches = sum(counts.values())
+    num_inferences = sum(b * n for b, n in counts.items())
+    sent = [r.bytes_sent_per_s for r in robots if r.bytes_sent_per_s is not None]
     system = SystemMetrics(
         starvation=starved / counted if counted else 0.0,
         throughput_actions_per_s=sum(r.actions_per_s for r in robots),
         weighted_throughput=sum(r.weight * r.actions_per_s for r in robots),
         jain_starvation=jain_index([r.starvation for r in robots]),
         bound_starvation=bound_starvation,
-        mean_batch_size=float(np.mean(sizes)) if sizes else 0.0,
-        num_batches=len(sizes),
-        batch_size_histogram=dict(sorted(Counter(sizes).items())),
-        gpu_utilization=sim.gpu_busy_s / end_s,
-        mean_age_s=age_sum / executed if executed else 0.0,
-        inferences_per_s=sum(sizes) / end_s,
+        mean_batch_size=num_inferences / num_batches if num_batches else 0.0,
+        num_batches=num_batches,
+        batch_size_histogram=counts,
+        gpu_utilization=gpu_busy_s / duration_s,
+        mean_age_s=age_sum_s / executed if executed else 0.0,
+        inferences_per_s=num_inferences / duration_s,
+        bytes_sent_per_robot_per_s=float(np.mean(sent)) if sent else None,
     )
+    return SimReport(
+        scheduler=scheduler,
+        fleet=fleet,
+        seed=seed,
+        duration_s=duration_s,
+        request_mode=request_mode,
+        system=system,
+        robots=robots,
+        timing=dict(timing or {}),
+        clock=clock,
+    )
+
+
+def build_report(sim: Simulator, end_s: float, bound_starvation: float | None = None) -> SimReport:
+    """Collect the metrics of a finished simulation."""
+    tallies = []
+    for robot in sim.robots:
+        if robot.first_land_s is None:
+            ticks = robot.tick_index(end_s) + 1
+            counted, starved = ticks, ticks
+        else:
+            counted, starved = robot.counted_ticks, robot.starved_ticks
+        tallies.append(
+            RobotTally(
+                id=robot.spec.robot_id,
+                weight=robot.spec.weight,
+                control_hz=robot.control_hz,
+                counted_ticks=counted,
+                starved_ticks=starved,
+                executed=robot.executed,
+                age_sum_s=robot.age_sum_s,
+                chunks_applied=robot.chunks_applied,
+                requests_sent=robot.requests_sent,
+            )
+        )
     timing = {
         "num_decisions": float(sim.num_decisions),
         "mean_decision_us": 1e6 * sim.decision_s / sim.num_decisions if sim.num_decisions else 0.0,
     }
-    return SimReport(
+    return make_report(
+        tallies,
+        batch_size_counts=Counter(sim.batch_sizes),
+        gpu_busy_s=sim.gpu_busy_s,
+        duration_s=end_s,
         scheduler=sim.scheduler.name,
         fleet=sim.fleet.name,
         seed=sim.config.seed,
-        duration_s=end_s,
         request_mode=sim.fleet.request_mode,
-        system=system,
-        robots=robots,
+        bound_starvation=bound_starvation,
         timing=timing,
     )

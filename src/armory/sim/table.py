@@ -1,4 +1,5 @@
-"""Plain-text tables of simulation results, as `armory simulate` and `armory sweep` print them."""
+"""Plain-text tables of run results, as `armory simulate`, `armory fleet` and `armory sweep`
+print them."""
 
 from __future__ import annotations
 
@@ -33,10 +34,15 @@ def _percent(fraction: float | None) -> str:
 
 
 def format_robots(report: SimReport, *, max_rows: int = 40) -> str:
-    """One row per robot; past ``max_rows`` robots, a line saying how many were left out."""
+    """One row per robot; past ``max_rows`` robots, a line saying how many were left out.
+    A run over real sockets adds the observation bytes each robot sent per second."""
     headers = ("robot", "weight", "Hz", "starved", "actions/s", "inferences", "age ms")
-    rows = [
-        (
+    wire = any(r.bytes_sent_per_s is not None for r in report.robots)
+    if wire:
+        headers += ("req/s", "KB/s sent")
+    rows = []
+    for r in report.robots[:max_rows]:
+        row = (
             r.id,
             f"{r.weight:g}",
             f"{r.control_hz:g}",
@@ -45,13 +51,18 @@ def format_robots(report: SimReport, *, max_rows: int = 40) -> str:
             str(r.inferences),
             f"{1e3 * r.mean_age_s:.0f}",
         )
-        for r in report.robots[:max_rows]
-    ]
+        if wire:
+            row += (f"{r.requests_per_s:.1f}", _kilobytes(r.bytes_sent_per_s))
+        rows.append(row)
     text = format_table(headers, rows)
     left_out = len(report.robots) - len(rows)
     if left_out > 0:
         text += f"\n... {left_out} more robots (all of them are in the JSON report)"
     return text
+
+
+def _kilobytes(num_bytes: float | None) -> str:
+    return "-" if num_bytes is None else f"{num_bytes / 1e3:.0f}"
 
 
 def format_system(report: SimReport) -> str:
@@ -60,7 +71,7 @@ def format_system(report: SimReport) -> str:
     lines = [
         ("scheduler", report.scheduler),
         ("fleet", f"{report.fleet} ({len(report.robots)} robots, {report.request_mode})"),
-        ("virtual time", f"{report.duration_s:g} s, seed {report.seed}"),
+        (f"{report.clock} time", f"{report.duration_s:g} s, seed {report.seed}"),
         ("starvation", _percent(s.starvation)),
         ("bound", _percent(s.bound_starvation) + " (least starvation any scheduler can reach)"),
         ("throughput", f"{s.throughput_actions_per_s:.2f} actions/s"),
@@ -70,6 +81,8 @@ def format_system(report: SimReport) -> str:
         ("GPU utilization", _percent(s.gpu_utilization)),
         ("freshness", f"{1e3 * s.mean_age_s:.0f} ms mean observation age per action"),
     ]
+    if s.bytes_sent_per_robot_per_s is not None:
+        lines.append(("sent", f"{_kilobytes(s.bytes_sent_per_robot_per_s)} KB/s per robot"))
     width = max(len(name) for name, _ in lines)
     return "\n".join(f"{name + ':':<{width + 1}} {value}" for name, value in lines)
 

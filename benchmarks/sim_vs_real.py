@@ -1,0 +1,112 @@
+"""Simulator against reality: the same fleet file through ``armory simulate`` and ``armory fleet``.
+
+For each fleet, the simulator runs it in virtual time (seeds 0..N-1, their mean),
+then a mock server in this process computes as the fleet file says the GPU does
+(its action horizon and latency profile, its max batch, the simulator's
+directed-mode margin) and ``armory fleet`` runs the same robots as real clients
+over loopback in a child process, with the file's link delays injected on the
+client side. Both report starvation and throughput from the robots' own counts.
+Goal: within 2 percentage points of starvation and 5% of throughput.
+
+``--modes`` runs each fleet file once per request mode (the file's own by default).
+
+    python benchmarks/sim_vs_real.py [--duration 20] [--seeds 3] [--fleets FILE ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+from _loopback import mock_server, run_fleet_process
+
+from armory.fleet_spec import FleetSpec, load_fleet
+from armory.scheduling.registry import make_scheduler
+from armory.sim.table import format_table
+
+GOAL_STARVATION_PP = 2.0
+GOAL_THROUGHPUT = 0.05
+
+DEFAULT_RUNS = [
+    ("configs/fleets/mixed-rate-gpu.yaml", None),
+    ("configs/fleets/mixed-rate.yaml", "directed"),
+    ("configs/fleets/mixed-rate.yaml", "threshold"),
+    ("configs/fleets/threshold-demo.yaml", None),
+    ("configs/fleets/mixed-rate.yaml", "every-tick"),
+]
+
+
+def simulated(fleet: FleetSpec, duration_s: float, num_seeds: int) -> tuple[float, float]:
+    """Mean starvation and throughput over seeds 0..num_seeds-1."""
+    from armory.sim.simulator import SimConfig, simulate
+
+    reports = [
+        simulate(fleet, make_scheduler("just-in-time"), SimConfig(duration_s=duration_s, seed=s))
+        for s in range(num_seeds)
+    ]
+    return (
+        float(np.mean([r.system.starvation for r in reports])),
+        float(np.mean([r.system.throughput_actions_per_s for r in reports])),
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=20.0)
+    parser.add_argument("--seeds", type=int, default=3, help="simulator seeds averaged")
+    parser.add_argument("--fleets", nargs="*", help="fleet files (default: the set below)")
+    args = parser.parse_args()
+    runs = [(path, None) for path in args.fleets] if args.fleets else DEFAULT_RUNS
+
+    rows = []
+    for path, mode in runs:
+        fleet = load_fleet(Path(path))
+        if mode is not None:
+            fleet = dataclasses.replace(fleet, request_mode=mode)
+        sim_starved, sim_thr = simulated(fleet, args.duration, args.seeds)
+        with mock_server(fleet) as server:
+            real = run_fleet_process(fleet, server.port, args.duration, "--no-bound")
+        real_starved = real["system"]["starvation"]
+        real_thr = real["system"]["throughput_actions_per_s"]
+        gap_pp = 100 * (real_starved - sim_starved)
+        ratio = real_thr / sim_thr if sim_thr else float("nan")
+        agree = abs(gap_pp) <= GOAL_STARVATION_PP and abs(ratio - 1) <= GOAL_THROUGHPUT
+        rows.append(
+            (
+                fleet.name,
+                fleet.request_mode,
+                f"{100 * sim_starved:.1f}%",
+                f"{100 * real_starved:.1f}%",
+                f"{gap_pp:+.1f}",
+                f"{sim_thr:.1f}",
+                f"{real_thr:.1f}",
+                f"{ratio:.3f}",
+                f"{real['timing'].get('mean_round_trip_ms', float('nan')):.0f}",
+                "yes" if agree else "NO",
+            ),
+        )
+        print(f"{fleet.name} ({fleet.request_mode}): done", flush=True)
+    headers = (
+        "fleet",
+        "mode",
+        "sim starved",
+        "real starved",
+        "pp",
+        "sim actions/s",
+        "real actions/s",
+        "real / sim",
+        "real RTT ms",
+        "agree",
+    )
+    print(
+        f"\nSimulator ({args.seeds} seeds, mean) against the fleet runner on loopback, "
+        f"{args.duration:g} s each; goal: within {GOAL_STARVATION_PP:g} pp and "
+        f"{100 * GOAL_THROUGHPUT:g}%\n"
+    )
+    print(format_table(headers, rows))
+
+
+if __name__ == "__main__":
+    main()

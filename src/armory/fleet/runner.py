@@ -1,0 +1,289 @@
+"""Run a fleet file's robots as real clients over real sockets, in one asyncio process.
+
+One `RobotRuntime` per robot of the fleet file, each with its own
+`AsyncPolicyClient` connection (wrapped in a :class:`~armory.fleet.link.FleetClient`
+that may inject the file's link delays), ticks at the robot's rate, sends
+observations made from the server's declared inputs in the fleet's request mode
+(every-tick, threshold or directed) and carries the robot's weight, rate and
+horizons in its ``__armory__`` state. After the run every robot is measured from
+its own ground truth (its runtime's counters, its executed actions), the server's
+batch counts come from its ``/stats``, and :func:`~armory.sim.metrics.make_report`
+builds the same report ``armory simulate`` builds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from armory_client import (
+    ArmoryClientError,
+    AsyncPolicyClient,
+    ConnectTimeout,
+    HandshakeRejected,
+    InferClient,
+    RobotRuntime,
+    RuntimeConfig,
+    RuntimeSummary,
+)
+
+from armory.fleet.link import FleetClient
+from armory.fleet.observations import ObservationFactory
+from armory.fleet.robot import SyntheticRobot
+from armory.fleet.server_stats import StatsReading, read_stats
+from armory.fleet_spec import REQUEST_MODES, FleetSpec, RobotSpec
+from armory.sim.metrics import RobotTally, SimReport, make_report
+
+logger = logging.getLogger(__name__)
+
+WrapClient = Callable[[RobotSpec, InferClient], InferClient]
+"""Wraps one robot's client (tests use it to check every reply)."""
+
+_HISTORY_LEN = 256
+"""Tick and request records each runtime keeps (its summary counts the whole run)."""
+
+
+class FleetError(Exception):
+    """The fleet cannot run against this server; the message says why in one line."""
+
+
+@dataclass(frozen=True)
+class FleetOptions:
+    """Where the server is and how to run the robots (checked on construction)."""
+
+    # Server
+    host: str = "127.0.0.1"
+    """Host name or address of the policy server (or a ws:// URI, then ``port`` is ignored)."""
+    port: int = 8000
+    api_key: str | None = None
+    """Sent as ``Authorization: Api-Key <key>``."""
+    # Run
+    duration_s: float = 20.0
+    """Seconds each robot ticks."""
+    request_mode: str | None = None
+    """every-tick, threshold or directed; None: the fleet file's."""
+    inject_delays: bool = True
+    """Sleep the fleet file's uplink and downlink delays around each request."""
+    seed: int = 0
+    """Seeds start phases, injected delays and observation contents."""
+    # Timeouts
+    connect_timeout_s: float = 10.0
+    """Seconds to reach the server (each robot's connection, and the first probe)."""
+    request_timeout_s: float = 5.0
+    """Seconds a robot waits for one reply before counting a request error."""
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.duration_s) and self.duration_s > 0):
+            raise ValueError(f"--duration-s must be > 0, got {self.duration_s}")
+        if self.request_mode is not None and self.request_mode not in REQUEST_MODES:
+            raise ValueError(
+                f"unknown request mode {self.request_mode!r}; valid: {', '.join(REQUEST_MODES)}"
+            )
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"--port must be in 0..65535, got {self.port}")
+        for name in ("connect_timeout_s", "request_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be > 0")
+
+    def client(self) -> AsyncPolicyClient:
+        """A new (unconnected) client of the server."""
+        return AsyncPolicyClient(
+            self.host,
+            None if self.host.startswith(("ws://", "wss://")) else self.port,
+            api_key=self.api_key,
+            connect_timeout_s=self.connect_timeout_s,
+            request_timeout_s=self.request_timeout_s,
+        )
+
+
+async def run_fleet(
+    fleet: FleetSpec,
+    options: FleetOptions,
+    *,
+    bound_starvation: float | None = None,
+    wrap_client: WrapClient | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> SimReport:
+    """Run every robot of ``fleet`` against the server for ``options.duration_s``.
+
+    Raises FleetError when the server cannot be reached, refuses the connection,
+    or cannot serve the fleet's robots.
+    """
+    mode = options.request_mode or fleet.request_mode
+    probe = options.client()
+    metadata = await _probe(probe)
+    _check_server(fleet, metadata)
+    try:
+        factory = ObservationFactory(metadata.get("inputs") or {}, seed=options.seed)
+    except ValueError as exc:
+        raise FleetError(f"server at {probe.uri}: {exc}") from exc
+    specs = fleet.robot_specs()
+    rng = np.random.default_rng(options.seed)
+    robots = [SyntheticRobot(factory, i, clock=clock) for i in range(len(specs))]
+    runtimes = []
+    for spec, robot in zip(specs, robots, strict=True):
+        client: InferClient = FleetClient(
+            options.client(),
+            robot,
+            uplink=spec.uplink if options.inject_delays else None,
+            downlink=spec.downlink if options.inject_delays else None,
+            rng=np.random.default_rng(rng.integers(2**63)),
+        )
+        if wrap_client is not None:
+            client = wrap_client(spec, client)
+        runtime = RobotRuntime(
+            robot,
+            client,
+            RuntimeConfig(
+                robot_id=spec.robot_id,
+                control_hz=spec.control_hz,
+                max_execution_horizon=spec.max_execution_horizon,
+                min_execution_horizon=spec.min_execution_horizon,
+                weight=spec.weight,
+                request_mode=mode,
+                threshold_margin_s=fleet.threshold_margin_s,
+                duration_s=options.duration_s,
+                history_len=_HISTORY_LEN,
+            ),
+            clock=clock,
+        )
+        robot.watch(runtime.queue)
+        runtimes.append(runtime)
+    phases = rng.uniform(size=len(specs))
+    phases_s = [float(p) / s.control_hz for p, s in zip(phases, specs, strict=True)]
+
+    before = await read_stats(probe.uri, options.api_key)
+    started_s = clock()
+    summaries = await _run_all(runtimes, phases_s, uri=probe.uri)
+    wall_s = clock() - started_s
+    after = await read_stats(probe.uri, options.api_key)
+
+    tallies = [
+        _tally(spec, summary, robot)
+        for spec, summary, robot in zip(specs, summaries, robots, strict=True)
+    ]
+    counts, busy_s = after.since(before) if after is not None else ({}, 0.0)
+    return make_report(
+        tallies,
+        batch_size_counts=counts,
+        gpu_busy_s=busy_s,
+        duration_s=options.duration_s,
+        scheduler=str((metadata.get("armory") or {}).get("scheduler", "unknown")),
+        fleet=fleet.name,
+        seed=options.seed,
+        request_mode=mode,
+        bound_starvation=bound_starvation,
+        timing=_timing(summaries, wall_s, after),
+        clock="wall",
+    )
+
+
+async def _probe(client: AsyncPolicyClient) -> dict[str, Any]:
+    """Connect once, read the metadata frame, close."""
+    try:
+        await client.connect()
+        return client.metadata
+    except ConnectTimeout as exc:
+        raise FleetError(f"cannot reach the policy server: {exc}") from exc
+    except HandshakeRejected as exc:
+        raise FleetError(str(exc)) from exc
+    except ArmoryClientError as exc:
+        raise FleetError(f"server at {client.uri} misbehaved on connect: {exc}") from exc
+    finally:
+        await client.close()
+
+
+def _check_server(fleet: FleetSpec, metadata: Mapping[str, Any]) -> None:
+    """Refuse a fleet the server cannot serve; warn where it differs from the fleet file."""
+    horizon = metadata.get("action_horizon")
+    if not isinstance(horizon, int):
+        raise FleetError("the server's metadata names no action_horizon: not an openpi server?")
+    for group in fleet.robots:
+        if group.max_execution_horizon > horizon:
+            raise FleetError(
+                f"robot group {group.name!r} plays {group.max_execution_horizon} actions per "
+                f"chunk but the server's policy returns {horizon}"
+            )
+    if horizon != fleet.action_horizon:
+        logger.warning(
+            "the fleet file says action_horizon %d, the server's policy returns %d",
+            fleet.action_horizon,
+            horizon,
+        )
+    max_batch = (metadata.get("armory") or {}).get("max_batch_size")
+    if max_batch is not None and max_batch != fleet.max_batch_size:
+        logger.warning(
+            "the fleet file says max_batch_size %d, the server batches up to %s "
+            "(the bound is the fleet file's)",
+            fleet.max_batch_size,
+            max_batch,
+        )
+
+
+async def _run_all(
+    runtimes: Sequence[RobotRuntime], phases_s: Sequence[float], *, uri: str
+) -> list[RuntimeSummary]:
+    """Run every runtime, each from its start phase; the first failure stops them all."""
+
+    async def one(runtime: RobotRuntime, phase_s: float) -> RuntimeSummary:
+        await asyncio.sleep(phase_s)
+        return await runtime.run()
+
+    tasks = [asyncio.ensure_future(one(r, p)) for r, p in zip(runtimes, phases_s, strict=True)]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        for runtime in runtimes:
+            runtime.stop()
+        await asyncio.wait(tasks)
+    for runtime, task in zip(runtimes, tasks, strict=True):
+        exc = task.exception()
+        if isinstance(exc, HandshakeRejected):
+            raise FleetError(str(exc)) from exc
+        if exc is not None:
+            raise FleetError(
+                f"robot {runtime.config.robot_id!r} stopped: {type(exc).__name__}: {exc}"
+            ) from exc
+    return [task.result() for task in tasks]
+
+
+def _tally(spec: RobotSpec, summary: RuntimeSummary, robot: SyntheticRobot) -> RobotTally:
+    """One robot's counts: its runtime's for ticks, chunks and bytes, its own for ages."""
+    return RobotTally(
+        id=spec.robot_id,
+        weight=spec.weight,
+        control_hz=spec.control_hz,
+        counted_ticks=summary.num_counted_ticks,
+        starved_ticks=summary.num_starved_ticks,
+        executed=summary.num_executed,
+        age_sum_s=robot.age_sum_s,
+        chunks_applied=summary.num_chunks_applied,
+        requests_sent=summary.num_requests,
+        bytes_sent=summary.bytes_sent,
+    )
+
+
+def _timing(
+    summaries: Sequence[RuntimeSummary], wall_s: float, stats: StatsReading | None
+) -> dict[str, float]:
+    """Wall-clock measurements of the run: robots' round trips and lapses, server costs."""
+    trips = [s.mean_round_trip_s for s in summaries if s.mean_round_trip_s is not None]
+    timing = {
+        "wall_s": wall_s,
+        "num_request_errors": float(sum(s.num_request_errors for s in summaries)),
+        "num_missed_ticks": float(sum(s.num_missed_ticks for s in summaries)),
+    }
+    if trips:
+        timing["mean_round_trip_ms"] = 1e3 * float(np.mean(trips))
+    if stats is not None:
+        timing["server_decision_ms_mean"] = stats.decision_ms_mean
+        if stats.overhead_ms_p50 is not None and stats.overhead_ms_p99 is not None:
+            timing["server_overhead_ms_p50"] = float(stats.overhead_ms_p50)
+            timing["server_overhead_ms_p99"] = float(stats.overhead_ms_p99)
+    return timing

@@ -1,0 +1,77 @@
+"""The server's own counters (``GET /stats``), read before and after a fleet run.
+
+A run's batch sizes and GPU busy time are the server's to know: the fleet runner
+reads an Armory server's ``/stats`` at both ends of the run and keeps the
+difference. A server without ``/stats`` (upstream openpi) gives None, and the
+report's batch metrics stay empty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+_TIMEOUT_S = 3.0
+
+
+@dataclass(frozen=True)
+class StatsReading:
+    """The counters of one ``/stats`` answer that a run's report needs."""
+
+    batch_size_counts: dict[int, int]
+    """Forward passes per batch size since the server started."""
+    busy_s: float
+    """Seconds of forward passes since the server started."""
+    overhead_ms_p50: float | None
+    """Server-added time per request over its recent requests (median)."""
+    overhead_ms_p99: float | None
+    decision_ms_mean: float
+    """Mean time of one scheduling decision since the server started."""
+    num_errors: int
+    """Requests the server answered with an error."""
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StatsReading:
+        return cls(
+            batch_size_counts={int(b): int(n) for b, n in data["batch_size_counts"].items()},
+            busy_s=float(data["busy_s"]),
+            overhead_ms_p50=data.get("overhead_ms_p50"),
+            overhead_ms_p99=data.get("overhead_ms_p99"),
+            decision_ms_mean=float(data.get("decision_ms_mean", 0.0)),
+            num_errors=int(data.get("num_errors", 0)),
+        )
+
+    def since(self, earlier: StatsReading | None) -> tuple[dict[int, int], float]:
+        """Batch counts and busy seconds between ``earlier`` and this reading."""
+        if earlier is None:
+            return dict(self.batch_size_counts), self.busy_s
+        counts = {
+            b: n - earlier.batch_size_counts.get(b, 0) for b, n in self.batch_size_counts.items()
+        }
+        return {b: n for b, n in counts.items() if n > 0}, self.busy_s - earlier.busy_s
+
+
+def stats_url(ws_uri: str) -> str:
+    """``ws://host:port`` (or ``wss://``) to the matching ``http(s)://host:port/stats``."""
+    scheme, _, rest = ws_uri.partition("://")
+    http_scheme = "https" if scheme == "wss" else "http"
+    return f"{http_scheme}://{rest.split('/', 1)[0]}/stats"
+
+
+async def read_stats(ws_uri: str, api_key: str | None) -> StatsReading | None:
+    """The server's counters, or None when it has no readable ``/stats``."""
+    headers = {"Authorization": f"Api-Key {api_key}"} if api_key else {}
+    request = urllib.request.Request(stats_url(ws_uri), headers=headers)
+
+    def fetch() -> StatsReading | None:
+        try:
+            with urllib.request.urlopen(request, timeout=_TIMEOUT_S) as response:
+                return StatsReading.from_json(json.loads(response.read()))
+        except (OSError, ValueError, KeyError, TypeError, urllib.error.URLError):
+            return None
+
+    return await asyncio.to_thread(fetch)
