@@ -75,6 +75,7 @@ class LatencyProfile:
         self._configured = {int(b): float(s) for b, s in points.items()}
         self._window = window
         self._samples: dict[int, deque[float]] = {}
+        self._medians: dict[int, float] = {}
         self._rebuild()
 
     @classmethod
@@ -109,14 +110,15 @@ class LatencyProfile:
             return
         samples = self._samples.setdefault(batch_size, deque(maxlen=self._window))
         samples.append(float(seconds))
-        self._rebuild()
+        median = float(np.median(samples))
+        if self._medians.get(batch_size) != median:
+            self._medians[batch_size] = median
+            self._rebuild()
 
     # ---- internals -----------------------------------------------------
 
     def _rebuild(self) -> None:
-        merged = dict(self._configured)
-        for size, samples in self._samples.items():
-            merged[size] = float(np.median(samples))
+        merged = {**self._configured, **self._medians}
         self._sizes = sorted(merged)
         self._seconds = [merged[b] for b in self._sizes]
         top = max(self._sizes[-1], 1)
