@@ -28,12 +28,15 @@ from armory_client import (
     RobotState,
     ServerError,
     attach,
+    image_specs,
     packb,
+    prepare_images,
 )
 from server_harness import GatedPolicy, expected_actions, make_mock, make_obs, running_server
 from websockets.exceptions import ConnectionClosed
 
 from armory.cli import main
+from armory.policies.base import conform_observation
 from armory.scheduling.registry import make_scheduler
 from armory.serve import ArmoryServer, ServerThread
 
@@ -168,12 +171,28 @@ def test_metadata_frame_declares_inputs_horizon_and_server() -> None:
         "shape": [224, 224, 3],
         "dtype": "uint8",
         "required": True,
+        "jpeg": True,
     }
     assert metadata["inputs"]["prompt"] == {"shape": None, "dtype": "str", "required": False}
     info = metadata["armory"]
     assert info["version"] == 1 and info["state_key"] == ARMORY_KEY
     assert info["max_batch_size"] == 3 and info["scheduler"] == "just-in-time"
     assert info["plain_client_defaults"]["max_execution_horizon"] == 10
+
+
+def test_jpeg_images_are_decoded_before_the_policy_sees_them() -> None:
+    """Images sent as JPEG (as prepare_images encodes them for a server that marks its
+    image inputs "jpeg": true) are served with the chunk of the decoded images."""
+    policy = make_mock()
+    with running_server(policy) as server, PolicyClient("127.0.0.1", server.port) as client:
+        specs = image_specs(client.metadata)
+        assert specs and all(spec.jpeg for spec in specs.values())
+        obs = prepare_images(make_obs(3), specs, jpeg_quality=90)
+        assert all(isinstance(obs[key], bytes) for key in specs)
+        reply = client.infer(obs)
+    decoded = conform_observation(obs, policy.metadata.inputs)
+    assert decoded["observation/image"].shape == (224, 224, 3)
+    np.testing.assert_array_equal(reply["actions"], expected_actions(policy, decoded))
 
 
 def test_healthz_answers_ok_and_stats_need_the_key() -> None:
@@ -253,6 +272,10 @@ async def _wrong_shape(port: int) -> str:
     return await _client_error(port, obs)
 
 
+async def _bad_jpeg(port: int) -> str:
+    return await _client_error(port, make_obs(1) | {"observation/image": b"not a jpeg"})
+
+
 async def _missing_key(port: int) -> str:
     obs = make_obs(1)
     del obs["observation/wrist_image"]
@@ -279,6 +302,10 @@ BAD_INPUTS: dict[str, tuple[Callable[[int], Awaitable[str]], str]] = {
         _wrong_shape,
         "observation input 'observation/image': expected shape (224, 224, 3), "
         "received (100, 100, 3)",
+    ),
+    "bad jpeg": (
+        _bad_jpeg,
+        "observation input 'observation/image': 10 bytes that are not a usable JPEG image",
     ),
     "missing key": (_missing_key, "lacks required input 'observation/wrist_image'"),
     "bad armory map": (_bad_armory_map, "bad __armory__ queue state: __armory__ lacks required"),

@@ -172,3 +172,33 @@ def test_python_policy_config_refuses_non_policies() -> None:
     """A factory that returns something else than a Policy is refused."""
     with pytest.raises(ValueError, match="not an armory Policy"):
         PythonPolicyConfig(factory="server_harness:make_obs", kwargs='{"seed": 1}').make()
+
+
+def test_image_inputs_accept_jpeg_and_say_so_in_the_metadata() -> None:
+    """Image inputs are marked "jpeg": true on the wire; JPEG bytes under one decode to
+    the declared uint8 array; other inputs are not marked."""
+    image_prep = pytest.importorskip("armory_client.image_prep")
+    pytest.importorskip("PIL")
+    assert INPUTS["observation/image"].to_wire()["jpeg"] is True
+    assert "jpeg" not in INPUTS["observation/state"].to_wire()
+    obs = make_obs(0)
+    image = np.zeros((224, 224, 3), np.uint8)
+    image[50:150, 60:120] = (200, 30, 90)
+    obs["observation/image"] = image_prep.encode_jpeg(image, 95)
+    out = conform_observation(obs, INPUTS)
+    assert out["observation/image"].dtype == np.uint8
+    assert np.abs(out["observation/image"].astype(int) - image).mean() < 2.0
+
+
+@pytest.mark.parametrize(
+    ("size", "match"),
+    [((100, 100), r"expected shape \(224, 224, 3\)"), ((300, 300), "exceeds the limit")],
+)
+def test_jpeg_of_the_wrong_size_is_refused(size: tuple[int, int], match: str) -> None:
+    """A JPEG smaller than declared fails validation; a larger one is refused unread."""
+    image_prep = pytest.importorskip("armory_client.image_prep")
+    pytest.importorskip("PIL")
+    obs = make_obs(0)
+    obs["observation/image"] = image_prep.encode_jpeg(np.zeros((*size, 3), np.uint8))
+    with pytest.raises(ObservationError, match=match):
+        conform_observation(obs, INPUTS)

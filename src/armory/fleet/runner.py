@@ -31,6 +31,7 @@ from armory_client import (
     RobotRuntime,
     RuntimeConfig,
     RuntimeSummary,
+    SafetyConfig,
 )
 
 from armory.fleet.link import FleetClient
@@ -150,6 +151,8 @@ async def run_fleet(
                 threshold_margin_s=fleet.threshold_margin_s,
                 duration_s=options.duration_s,
                 history_len=_HISTORY_LEN,
+                # Synthetic robots count what they execute: no held actions on dry ticks.
+                safety=SafetyConfig(on_dry="nothing"),
             ),
             clock=clock,
         )

@@ -2,8 +2,10 @@
 
 A policy declares its inputs (name, shape, dtype); the server checks every
 observation against them before it enters a batch, so ``infer_batch`` only ever
-sees observations that match. Observation arrays are read-only views of the
-received bytes: a policy must not write to them.
+sees observations that match. An image input (uint8, ``[height, width, 1 or 3]``)
+may arrive as JPEG bytes (the metadata frame marks it ``"jpeg": true``); it is
+decoded before the check, so the policy sees the same uint8 array. Observation
+arrays are read-only views of the received bytes: a policy must not write to them.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from armory_client.image_prep import decode_jpeg
 
 from armory.engine.errors import ObservationError
 
@@ -23,6 +26,7 @@ __all__ = [
     "Policy",
     "PolicyMetadata",
     "conform_observation",
+    "decode_jpeg_inputs",
     "validate_observation",
 ]
 
@@ -61,6 +65,12 @@ class InputSpec:
     def is_text(self) -> bool:
         return self.dtype == STR_DTYPE
 
+    @property
+    def is_image(self) -> bool:
+        """A uint8 ``[height, width, channels]`` input, channels 1, 3 or any: it may be
+        sent as JPEG bytes."""
+        return self.dtype == "uint8" and len(self.shape) == 3 and self.shape[2] in (1, 3, None)
+
     def describe(self) -> str:
         """E.g. ``uint8 (224, 224, 3)`` or ``str``."""
         if self.is_text:
@@ -70,7 +80,10 @@ class InputSpec:
     def to_wire(self) -> dict[str, Any]:
         """Plain map for the server's metadata frame."""
         shape = None if self.is_text else list(self.shape)
-        return {"shape": shape, "dtype": self.dtype, "required": self.required}
+        wire: dict[str, Any] = {"shape": shape, "dtype": self.dtype, "required": self.required}
+        if self.is_image:
+            wire["jpeg"] = True
+        return wire
 
 
 @dataclass(frozen=True)
@@ -133,9 +146,10 @@ def validate_observation(obs: Mapping[str, Any], inputs: Mapping[str, InputSpec]
 
 
 def conform_observation(obs: Mapping[str, Any], inputs: Mapping[str, InputSpec]) -> dict[str, Any]:
-    """Validate ``obs`` and return a new map whose float inputs have the declared dtype."""
-    validate_observation(obs, inputs)
-    out = dict(obs)
+    """Decode JPEG images (:func:`decode_jpeg_inputs`), validate ``obs`` and return a new
+    map whose float inputs have the declared dtype."""
+    out = decode_jpeg_inputs(obs, inputs)
+    validate_observation(out, inputs)
     for key, spec in inputs.items():
         value = out.get(key)
         if isinstance(value, np.generic):
@@ -144,6 +158,30 @@ def conform_observation(obs: Mapping[str, Any], inputs: Mapping[str, InputSpec])
             dtype = np.dtype(spec.dtype)
             if value.dtype != dtype:
                 out[key] = value.astype(dtype)
+    return out
+
+
+def decode_jpeg_inputs(obs: Mapping[str, Any], inputs: Mapping[str, InputSpec]) -> dict[str, Any]:
+    """A new map in which every image input sent as bytes is decoded from JPEG (other
+    values are left to validation).
+
+    Raises an :class:`ObservationError` naming the key for bytes that are not a JPEG
+    image, or one larger than the declared size.
+    """
+    out = dict(obs)
+    for key, spec in inputs.items():
+        value = out.get(key)
+        if not spec.is_image or not isinstance(value, bytes | bytearray):
+            continue
+        height, width, _ = spec.shape
+        limit = {} if height is None or width is None else {"max_pixels": height * width}
+        try:
+            out[key] = decode_jpeg(bytes(value), **limit)
+        except (ValueError, ImportError) as exc:
+            raise ObservationError(
+                f"observation input {key!r}: {len(value)} bytes that are not a usable JPEG "
+                f"image (expected {spec.describe()} or its JPEG): {exc}"
+            ) from None
     return out
 
 

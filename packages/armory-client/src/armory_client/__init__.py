@@ -7,7 +7,9 @@ Armory server answers under the same key. `RobotRuntime` plays an `ActionQueue` 
 the robot's control rate and requests chunks in one of the `REQUEST_MODES`.
 `merge` holds the chunk merge rules (`MERGE_RULES`, real-time chunking),
 `image_prep` resizes, casts and JPEG-encodes camera frames (pillow optional), and
-`safety` checks every action before it reaches the motors.
+`safety` checks every action before it reaches the motors; the runtime wires all
+three in (`RuntimeConfig.merge_rule`, `.safety`, `.prepare_images`). `LeRobotRobot`
+drives a LeRobot robot object; ``armory-client plot TRACE`` draws a runtime trace.
 """
 
 from armory_client.action_queue import ActionQueue
@@ -33,6 +35,7 @@ from armory_client.image_prep import (
     resize_with_pad,
     to_uint8,
 )
+from armory_client.lerobot_robot import LeRobotRobot
 from armory_client.merge import (
     MERGE_RULES,
     IndexedActions,
@@ -87,6 +90,7 @@ __all__ = [
     "IndexedActions",
     "InferClient",
     "Landing",
+    "LeRobotRobot",
     "MergeResult",
     "MergeRule",
     "PolicyClient",

@@ -15,6 +15,12 @@ ground-truth robot follows:
 - Because every landing replaces from its start on, and a start is never ahead of
   the robot, every queued action belongs to the newest chunk.
 
+The landing itself goes through `merge.merge_chunk` with the queue's merge rule
+(`merge.MERGE_RULES`, chosen by name); the default, ``replace``, is the rule above.
+Other rules blend a landing chunk into the queued actions (LeRobot's rules, ACT's
+temporal ensemble) or keep a frozen prefix (``rtc``): the queued actions then mix
+chunks, and `chunk_start` is the newest chunk's start.
+
 `min_execution_horizon` is not enforced here (the server and the request modes
 honour it); the queue only exposes how far into its chunk the robot is.
 No I/O and no clock: the runtime calls `pop` on its ticks and `apply` when a
@@ -27,13 +33,21 @@ import numbers
 
 import numpy as np
 
+from armory_client.merge import IndexedActions, MergeRule, QueueState, make_merge_rule, merge_chunk
+
 __all__ = ["ActionQueue"]
 
 
 class ActionQueue:
     """One robot's queued actions and counters, for one episode at a time."""
 
-    def __init__(self, *, max_execution_horizon: int, min_execution_horizon: int = 1) -> None:
+    def __init__(
+        self,
+        *,
+        max_execution_horizon: int,
+        min_execution_horizon: int = 1,
+        merge_rule: MergeRule | str = "replace",
+    ) -> None:
         for name, value in [
             ("max_execution_horizon", max_execution_horizon),
             ("min_execution_horizon", min_execution_horizon),
@@ -47,6 +61,9 @@ class ActionQueue:
             )
         self.max_execution_horizon = int(max_execution_horizon)
         self.min_execution_horizon = int(min_execution_horizon)
+        self.merge_rule = make_merge_rule(merge_rule) if isinstance(merge_rule, str) else merge_rule
+        """How a landing chunk joins the queued actions (one object per queue)."""
+        self._state = QueueState()
         # Counters, kept across episodes.
         self.num_executed = 0
         """Actions popped."""
@@ -62,34 +79,37 @@ class ActionQueue:
     def reset(self) -> None:
         """Start a new episode: the index restarts at 0, the queue is emptied, and
         ticks before the episode's first chunk are start-up again, not starvation."""
-        self._action_index = 0
-        self._queue_end = 0
-        self._chunk_start: int | None = None
-        self._chunk: np.ndarray | None = None
+        self._state = self._state.new_episode()
+        self.merge_rule.reset()
 
     # ---- state ---------------------------------------------------------
 
     @property
     def action_index(self) -> int:
         """Actions executed this episode; the index of the next action to execute."""
-        return self._action_index
+        return self._state.action_index
 
     @property
     def actions_left(self) -> int:
-        """Actions queued (all from the current chunk)."""
-        return self._queue_end - self._action_index
+        """Actions queued (all from the current chunk under ``replace``)."""
+        return len(self._state.queued)
 
     @property
     def chunk_start(self) -> int | None:
-        """Action index of the current chunk's first row; None before the first chunk."""
-        return self._chunk_start
+        """Action index of the current (newest) chunk's first row; None before the first."""
+        return self._state.newest_start
+
+    @property
+    def queued(self) -> IndexedActions:
+        """The queued actions; ``queued.first_index`` is the action index."""
+        return self._state.queued
 
     @property
     def actions_into_chunk(self) -> int | None:
         """Actions executed since the current chunk's start; None before the first chunk."""
-        if self._chunk_start is None:
+        if self.chunk_start is None:
             return None
-        return self._action_index - self._chunk_start
+        return self.action_index - self.chunk_start
 
     @property
     def past_min_horizon(self) -> bool:
@@ -108,11 +128,13 @@ class ActionQueue:
     # ---- events --------------------------------------------------------
 
     def apply(self, chunk: np.ndarray, start_index: int) -> int:
-        """A chunk computed from the observation at `start_index` lands; returns the
-        number of its actions now queued (0 when dropped as older than the current one).
+        """A chunk computed from the observation at `start_index` lands and is merged by
+        the queue's rule; returns the number of actions now queued (0 when dropped as
+        older than the current one).
 
-        Raises ValueError for a chunk that is not 2-D with at least one row, or that
-        starts ahead of the robot (no observation can come from an index not reached).
+        Raises ValueError for a chunk that is not 2-D with at least one row, that
+        starts ahead of the robot (no observation can come from an index not reached),
+        or (from `merge_chunk`) that is not numeric or differs in width from the queue.
         """
         if not isinstance(chunk, np.ndarray) or chunk.ndim != 2 or len(chunk) == 0:
             shape = getattr(chunk, "shape", type(chunk).__name__)
@@ -120,30 +142,34 @@ class ActionQueue:
         if not isinstance(start_index, numbers.Integral) or isinstance(start_index, bool):
             raise ValueError(f"start_index must be an int, got {start_index!r}")
         start_index = int(start_index)
-        if not 0 <= start_index <= self._action_index:
+        if not 0 <= start_index <= self.action_index:
             raise ValueError(
-                f"chunk start {start_index} is outside [0, action index {self._action_index}]"
+                f"chunk start {start_index} is outside [0, action index {self.action_index}]"
             )
-        if self._chunk_start is not None and start_index < self._chunk_start:
+        result = merge_chunk(
+            self.merge_rule,
+            self._state,
+            chunk,
+            start_index,
+            max_execution_horizon=self.max_execution_horizon,
+        )
+        if result.outcome != "applied":
             self.num_chunks_dropped += 1
             return 0
-        kept = min(self.max_execution_horizon, len(chunk))
-        self._queue_end = max(self._action_index, start_index + kept)
-        self._chunk_start = start_index
-        self._chunk = chunk
+        self._state = result.state
         self.num_chunks_applied += 1
         return self.actions_left
 
     def pop(self) -> np.ndarray | None:
         """Called once per tick: the action to execute now, or None on a starved tick."""
-        if self._chunk is None:
+        if self.chunk_start is None:
             return None
         self.num_counted_ticks += 1
-        if self._action_index >= self._queue_end:
+        queued = self._state.queued
+        if not len(queued):
             self.num_starved_ticks += 1
             return None
-        assert self._chunk_start is not None
-        action = self._chunk[self._action_index - self._chunk_start]
-        self._action_index += 1
+        action = queued.actions[0]
+        self._state = self._state.popped(1)
         self.num_executed += 1
         return action

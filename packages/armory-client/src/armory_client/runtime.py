@@ -10,10 +10,24 @@ drifts) the runtime
    background task, or, while a request is in flight, keeps it as the newest
    waiting observation, sent when the reply lands if the mode still wants it.
 
-A reply is applied with the replace-from-index rule (`ActionQueue.apply`) at
-the chunk start the server names (an upstream openpi server names none: the
-index the observation was sent with). A tick that runs more than a full period
-late skips the missed slots (counted) rather than playing actions in a burst.
+A reply is merged into the queue at the chunk start the server names (an
+upstream openpi server names none: the index the observation was sent with) by
+the merge rule `RuntimeConfig.merge_rule` names (`merge.MERGE_RULES`; the default
+``replace`` is Armory's replace-from-index rule). With ``rtc`` each request
+carries the actions frozen for the ticks its round trip will take (`merge.Rtc`).
+
+Every action passes the safety layer (`RuntimeConfig.safety`, `safety.SafetyLayer`)
+on its way to `Robot.send_action`: limits clip, a jump or a bad action stops, and
+a starved tick sends the last action again by default (or a safe action, or
+nothing). A `SafetyStop`, or `RobotRuntime.estop`, stops the runtime at once and
+`run` raises the `SafetyStop`.
+
+When the server's metadata declares image inputs (`image_prep.image_specs`), camera
+images are cast and resized to them before sending (`RuntimeConfig.prepare_images`),
+and JPEG-encoded at `RuntimeConfig.jpeg_quality` for keys the server decodes.
+
+A tick that runs more than a full period late skips the missed slots (counted)
+rather than playing actions in a burst.
 
 Request errors (timeouts, lost connections, server error messages, malformed
 replies) are counted and logged, and the robot carries on with its queue; an
@@ -26,8 +40,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import json
 import logging
 import math
+import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
@@ -37,11 +53,14 @@ import numpy as np
 from armory_client.action_queue import ActionQueue
 from armory_client.codec import packb
 from armory_client.errors import ArmoryClientError, HandshakeRejected
+from armory_client.image_prep import ImageSpec, image_specs, prepare_images
+from armory_client.merge import Rtc, make_merge_rule, rtc_delay_ticks
 from armory_client.queue_state import RobotState, attach
 from armory_client.reply_state import ReplyState, parse_reply
 from armory_client.request_modes import RoundTripEstimate, SendState, make_request_mode
 from armory_client.robot import Robot
 from armory_client.runtime_stats import RequestRecord, RuntimeStats, RuntimeSummary, TickRecord
+from armory_client.safety import SafetyConfig, SafetyLayer, SafetyStop
 
 __all__ = ["InferClient", "RobotRuntime", "RuntimeConfig"]
 
@@ -69,6 +88,17 @@ class RuntimeConfig:
     """Threshold (and directed fallback): added to the measured round trip."""
     round_trip_smoothing: float = 0.25
     """Weight of the newest sample in the round-trip moving average."""
+    # Actions
+    merge_rule: str = "replace"
+    """How a landing chunk joins the queued actions, by name (`merge.MERGE_RULES`)."""
+    safety: SafetyConfig = dataclasses.field(default_factory=SafetyConfig)
+    """Limits, jump stop and dry-queue behaviour (default: hold the last action)."""
+    # Images
+    prepare_images: bool = True
+    """Cast and resize the images the server's metadata declares before sending."""
+    jpeg_quality: int | None = None
+    """JPEG-encode prepared images at this quality (1..100) for keys the server
+    decodes (``"jpeg": true`` in its metadata); None sends raw arrays."""
     # Run
     duration_s: float | None = None
     """Stop after this long (tick slots / control_hz); None runs until `stop`."""
@@ -86,6 +116,17 @@ class RuntimeConfig:
             raise ValueError(f"duration_s must be finite and > 0 (or None), got {self.duration_s}")
         if not isinstance(self.history_len, int) or self.history_len < 0:
             raise ValueError(f"history_len must be an int >= 0, got {self.history_len!r}")
+        make_merge_rule(self.merge_rule)
+        if not isinstance(self.safety, SafetyConfig):
+            raise ValueError(f"safety must be a SafetyConfig, got {self.safety!r}")
+        if self.jpeg_quality is not None and (
+            not isinstance(self.jpeg_quality, int)
+            or isinstance(self.jpeg_quality, bool)
+            or not 1 <= self.jpeg_quality <= 100
+        ):
+            raise ValueError(
+                f"jpeg_quality must be an int in 1..100 or None, got {self.jpeg_quality!r}"
+            )
 
     def robot_state(self, **fields: Any) -> RobotState:
         """A `RobotState` of this robot with the given per-observation fields."""
@@ -124,6 +165,8 @@ class RobotRuntime:
         client: InferClient,
         config: RuntimeConfig,
         *,
+        # Safety
+        on_safety_stop: Callable[[SafetyStop], None] | None = None,
         # Time (injected by tests)
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
@@ -132,7 +175,11 @@ class RobotRuntime:
         self.queue = ActionQueue(
             max_execution_horizon=config.max_execution_horizon,
             min_execution_horizon=config.min_execution_horizon,
+            merge_rule=config.merge_rule,
         )
+        self.safety = SafetyLayer(config.safety, on_stop=on_safety_stop)
+        """Checks every action before `Robot.send_action` (`on_safety_stop` is told once
+        per stop, e.g. to cut motor torque)."""
         self.mode = make_request_mode(config.request_mode, margin_s=config.threshold_margin_s)
         self.round_trip = RoundTripEstimate(smoothing=config.round_trip_smoothing)
         self.stats = RuntimeStats(history_len=config.history_len)
@@ -147,7 +194,10 @@ class RobotRuntime:
         self._pending: tuple[int, dict[str, Any]] | None = None
         self._request: asyncio.Task[None] | None = None
         self._consecutive_errors = 0
+        self._image_specs: dict[str, ImageSpec] = {}
         # Run state
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._t0_s: float | None = None
         self._started = False
         self._stopping = False
         self._sleeper: asyncio.Future[Any] | None = None
@@ -161,8 +211,10 @@ class RobotRuntime:
         if self._started:
             raise RuntimeError("a RobotRuntime runs once; make a new one")
         self._started = True
+        self._loop = asyncio.get_running_loop()
         try:
             await self._client.connect()
+            self._image_specs = self._declared_images()
             await self._tick_loop()
         finally:
             await self._shut_down()
@@ -175,6 +227,28 @@ class RobotRuntime:
         self._stopping = True
         if self._sleeper is not None:
             self._sleeper.cancel()
+
+    def estop(self, reason: str = "e-stop") -> None:
+        """Halt playback at once, from any thread: the safety layer refuses every later
+        action, the runtime stops, and `run` raises a `SafetyStop` naming `reason`."""
+        self.safety.estop(reason)
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return  # Not running: the latched layer stops the first tick of `run`.
+        try:
+            on_loop = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop:
+            self._halt()
+        else:
+            loop.call_soon_threadsafe(self._halt)
+
+    def _halt(self) -> None:
+        """Stop after a safety stop; `run` raises it."""
+        if self._failure is None:
+            self._failure = SafetyStop(self.safety.stop_reason or "e-stop")
+        self.stop()
 
     def new_episode(self) -> None:
         """Start a new episode: the queue empties and its index restarts at 0; a reply
@@ -189,6 +263,23 @@ class RobotRuntime:
         """The run so far."""
         return self.stats.summary(self.queue, control_hz=self.config.control_hz)
 
+    def trace(self) -> dict[str, Any]:
+        """The run so far as a JSON-ready map: the config, the summary, and the kept
+        tick and request records (what ``armory-client plot`` draws)."""
+        return {
+            "version": 1,
+            "config": dataclasses.asdict(self.config),
+            "summary": dataclasses.asdict(self.summary()),
+            "ticks": [dataclasses.asdict(t) for t in self.stats.ticks],
+            "requests": [dataclasses.asdict(r) for r in self.stats.requests],
+        }
+
+    def write_trace(self, path: str | os.PathLike[str]) -> None:
+        """Write `trace` to `path` as JSON."""
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.trace(), f)  # inf limits are written as Infinity
+            f.write("\n")
+
     @property
     def in_flight(self) -> bool:
         """Whether a request awaits its reply."""
@@ -201,7 +292,7 @@ class RobotRuntime:
         hz = self.config.control_hz
         duration_s = self.config.duration_s
         num_slots = None if duration_s is None else max(1, math.ceil(duration_s * hz - 1e-9))
-        t0_s = self._clock()
+        t0_s = self._t0_s = self._clock()
         n = 0
         while not self._stopping and (num_slots is None or n < num_slots):
             late_s = self._clock() - (t0_s + n / hz)
@@ -217,7 +308,12 @@ class RobotRuntime:
                 self.stats.num_missed_ticks += due - n
                 n = due
                 continue
-            self._tick(n)
+            try:
+                self._tick(n)
+            except SafetyStop as exc:
+                if self._failure is None:
+                    self._failure = exc
+                break
             n += 1
 
     async def _sleep_for(self, delay_s: float) -> None:
@@ -233,11 +329,13 @@ class RobotRuntime:
             sleeper.result()
 
     def _tick(self, n: int) -> None:
-        """One tick: play the next action, then maybe send an observation."""
+        """One tick: play the next action (through the safety layer), then maybe send
+        an observation. Raises SafetyStop when the layer stops the robot."""
         counted = self.queue.chunk_start is not None
         action = self.queue.pop()
-        if action is not None:
-            self._robot.send_action(action)
+        safe = self.safety.filter(action)
+        if safe is not None:
+            self._robot.send_action(safe)
         self.stats.on_tick(
             TickRecord(
                 tick=n,
@@ -280,12 +378,21 @@ class RobotRuntime:
             round_trip_s=self.round_trip.value_s,
         )
         self._observation_step += 1
-        self._request = asyncio.create_task(self._request_chunk(attach(obs, state), state))
+        if isinstance(self.queue.merge_rule, Rtc):
+            delay = rtc_delay_ticks(self.round_trip.value_s or 0.0, self.config.control_hz)
+            frozen = self.queue.merge_rule.freeze(self.queue.queued, delay)
+            obs = {**obs, **frozen.to_wire()}
+        sent_s = self._clock() - (self._t0_s if self._t0_s is not None else self._clock())
+        self._request = asyncio.create_task(
+            self._request_chunk(attach(obs, state), state, sent_s=sent_s)
+        )
 
-    async def _request_chunk(self, payload: dict[str, Any], sent: RobotState) -> None:
+    async def _request_chunk(
+        self, payload: dict[str, Any], sent: RobotState, *, sent_s: float
+    ) -> None:
         """The background task of one request: send, await the reply, apply it."""
         try:
-            record = await self._exchange(payload, sent)
+            record = await self._exchange(payload, sent, sent_s=sent_s)
         except asyncio.CancelledError:
             self._request = None
             raise
@@ -298,12 +405,20 @@ class RobotRuntime:
         self.stats.on_finish(record)
         self._send_pending()
 
-    async def _exchange(self, payload: dict[str, Any], sent: RobotState) -> RequestRecord:
-        """Send `payload` and land its reply; request errors become an ``error`` record.
+    async def _exchange(
+        self, payload: dict[str, Any], sent: RobotState, *, sent_s: float
+    ) -> RequestRecord:
+        """Prepare the images of `payload`, send it and land its reply; request errors
+        become an ``error`` record.
 
         Raises what cannot fix itself: a CodecError for an observation that cannot be
-        encoded, HandshakeRejected for a refused connection.
+        encoded, a ValueError for an image that cannot be prepared, HandshakeRejected
+        for a refused connection.
         """
+        if self.config.prepare_images and self._image_specs:
+            payload = prepare_images(
+                payload, self._image_specs, jpeg_quality=self.config.jpeg_quality
+            )
         # Packed here only to measure it: the client packs it again to send.
         bytes_sent = len(packb(payload))
         self.stats.on_send(bytes_sent)
@@ -312,6 +427,7 @@ class RobotRuntime:
             action_index=sent.action_index,
             episode_id=sent.episode_id,
             bytes_sent=bytes_sent,
+            sent_s=sent_s,
         )
         start_s = self._clock()
         round_trip_s: float | None = None
@@ -356,6 +472,19 @@ class RobotRuntime:
         # Ticks replace the waiting observation and only ticks move the index.
         assert action_index == self.queue.action_index, (action_index, self.queue.action_index)
         self._send(obs)
+
+    def _declared_images(self) -> dict[str, ImageSpec]:
+        """The image inputs the server's metadata declares (none when the client has no
+        metadata, e.g. a test double)."""
+        if not self.config.prepare_images:
+            return {}
+        try:
+            metadata = getattr(self._client, "metadata", None)
+        except ArmoryClientError:
+            return {}
+        if not isinstance(metadata, Mapping):
+            return {}
+        return image_specs(metadata)
 
     def _on_error(self, exc: ArmoryClientError) -> None:
         """Log a failed request (a warning for the first of a run of failures)."""

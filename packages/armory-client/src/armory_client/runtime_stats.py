@@ -46,6 +46,8 @@ class RequestRecord:
     """Actions of the chunk queued when it was applied (0 otherwise)."""
     error: str | None = None
     """The error message when `outcome` is ``error``."""
+    sent_s: float | None = None
+    """Seconds from the run's first tick to sending the observation (None if unknown)."""
 
 
 @dataclasses.dataclass(frozen=True)
