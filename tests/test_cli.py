@@ -82,21 +82,35 @@ def test_unknown_scheduler_is_one_line_listing_valid_names(
         assert name in err
 
 
+BAD_FLEET_FILES = [
+    ("robots: [{count: 2}]\nmax_batch: 4\n", "max_batch"),
+    ("robots: [{count: 2, control_hz: 0}]\n", "control_hz must be > 0"),
+    ("robots: [{count: 2\n", "cannot read fleet file"),
+]
+
+
 @pytest.mark.parametrize(
-    ("content", "expected"),
+    "command",
     [
-        ("robots: [{count: 2}]\nmax_batch: 4\n", "max_batch"),
-        ("robots: [{count: 2, control_hz: 0}]\n", "control_hz must be > 0"),
-        ("robots: [{count: 2\n", "cannot read fleet file"),
+        ["simulate", "--scheduler", "max-batch"],
+        # No server listens on port 9: the file must fail before any connection.
+        ["fleet", "--port", "9"],
     ],
+    ids=["simulate", "fleet"],
 )
+@pytest.mark.parametrize(("content", "expected"), BAD_FLEET_FILES)
 def test_bad_fleet_file_is_one_line_error(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, expected: str
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    command: list[str],
+    content: str,
+    expected: str,
 ) -> None:
-    """A fleet file with an unknown key, a bad value or broken YAML fails in one clear line."""
+    """A fleet file with an unknown key, a bad value or broken YAML fails in one clear line
+    naming the file, for every command that reads fleet files."""
     path = tmp_path / "bad.yaml"
     path.write_text(content)
-    assert main(["simulate", "--fleet", str(path), "--scheduler", "max-batch"]) != 0
+    assert main([command[0], "--fleet", str(path), *command[1:]]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert expected in err and str(path) in err

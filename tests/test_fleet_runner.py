@@ -187,25 +187,6 @@ def test_fleet_command_prints_the_table_and_writes_json(
     assert [r["id"] for r in report["robots"]] == ["arm-0", "arm-1"]
 
 
-@pytest.mark.parametrize(
-    ("content", "expected"),
-    [
-        ("robots: [{count: 2}]\nmax_batch: 4\n", "max_batch"),
-        ("robots: [{count: 2, control_hz: 0}]\n", "control_hz must be > 0"),
-        ("robots: [{count: 2\n", "cannot read fleet file"),
-    ],
-)
-def test_bad_fleet_file_is_one_line_error(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, expected: str
-) -> None:
-    """A broken fleet file fails before any connection, in one line naming the file."""
-    path = tmp_path / "bad.yaml"
-    path.write_text(content)
-    assert main(["fleet", "--fleet", str(path), "--port", str(free_port())]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and expected in err and str(path) in err
-
-
 def test_unreachable_server_is_one_line_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
