@@ -37,7 +37,7 @@ from armory.engine.errors import (
 from armory.engine.executor import Executor
 from armory.engine.latency_profile import LatencyProfile
 from armory.engine.queue_mirror import QueueMirror
-from armory.engine.session import RequestPlan
+from armory.engine.session import BATCH_SIZE_SMOOTHING, RequestPlan
 from armory.scheduling.base import Scheduler
 from armory.scheduling.snapshot import Batch, check_batch
 
@@ -48,8 +48,6 @@ Clock = Callable[[], float]
 
 _MIN_WAIT_S = 0.001
 """Shortest sleep when a scheduler asks to be woken at a time already past."""
-_BATCH_SMOOTHING = 0.2
-"""Weight of the newest batch in the moving average of batch sizes."""
 
 
 @dataclass(frozen=True)
@@ -316,7 +314,7 @@ class BatchLoop:
             c.num_batches += 1
             c.batch_sizes[size] += 1
             c.busy_s += forward_s
-            self.recent_batch_size += _BATCH_SMOOTHING * (size - self.recent_batch_size)
+            self.recent_batch_size += BATCH_SIZE_SMOOTHING * (size - self.recent_batch_size)
             for request, chunk in zip(requests, outcome.chunks, strict=True):
                 self._inflight.pop(request.robot_id, None)
                 if request.future.done():

@@ -185,6 +185,11 @@ class Session:
         self.last_reply_sent_s = sent_s
 
 
+BATCH_SIZE_SMOOTHING = 0.2
+"""Weight of the newest batch in the moving average of batch sizes that
+:func:`directed_lead_s` reads (the engine and the simulator keep it alike)."""
+
+
 def directed_lead_s(
     limits: RobotLimits,
     profile: LatencyProfile,

@@ -21,7 +21,11 @@ from enum import IntEnum
 import numpy as np
 
 from armory.engine.queue_mirror import QueueMirror, QueueReport, RobotLimits
-from armory.engine.session import directed_lead_s, directed_send_index
+from armory.engine.session import (
+    BATCH_SIZE_SMOOTHING,
+    directed_lead_s,
+    directed_send_index,
+)
 from armory.fleet_spec import DelaySpec, FleetSpec
 from armory.scheduling.base import Scheduler
 from armory.scheduling.snapshot import check_batch
@@ -207,7 +211,9 @@ class Simulator:
         self._gpu_busy = False
         self.server_profile.observe(len(batch.robot_ids), latency_s)
         self.scheduler.on_batch_done(batch, latency_s)
-        self._recent_batch_size += 0.2 * (len(batch.robot_ids) - self._recent_batch_size)
+        self._recent_batch_size += BATCH_SIZE_SMOOTHING * (
+            len(batch.robot_ids) - self._recent_batch_size
+        )
         for i, start, obs_time_s in chunks:
             robot = self.robots[i]
             land_s = t_s + self._delay_s(robot.spec.downlink)
