@@ -14,6 +14,7 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Self
 
@@ -23,13 +24,18 @@ from armory.engine.server_engine import EngineStats, ServerEngine
 from armory.policies.base import Policy
 from armory.scheduling.base import Scheduler
 from armory.scheduling.registry import make_scheduler
+from armory.transports.base import Transport
 from armory.transports.openpi_ws import OpenpiWebSocketTransport
 
 logger = logging.getLogger(__name__)
 
+DoorFactory = Callable[[ServerEngine], Transport]
+"""Builds one more front door over the engine (GR00T ZeroMQ, LeRobot gRPC, ...)."""
+
 
 class ArmoryServer:
-    """One policy, one engine, the openpi WebSocket transport (with HTTP health and stats)."""
+    """One policy, one engine, the openpi WebSocket transport (with HTTP health and stats)
+    and any other front doors, all feeding the same batches."""
 
     def __init__(
         self,
@@ -43,9 +49,11 @@ class ArmoryServer:
         # Plumbing
         scheduler: Scheduler | None = None,
         clock: Clock = time.monotonic,
+        doors: Sequence[DoorFactory] = (),
     ) -> None:
         """Nothing is bound until :meth:`start`. ``scheduler`` defaults to the one
-        ``config.scheduler`` names; ``port=0`` picks a free port."""
+        ``config.scheduler`` names; ``port=0`` picks a free port. ``doors`` build the
+        front doors served beside the openpi one."""
         self.config = config or ServerConfig()
         self.engine = ServerEngine(
             policy,
@@ -56,6 +64,7 @@ class ArmoryServer:
         self.transport = OpenpiWebSocketTransport(
             self.engine, host=host, port=port, api_key=api_key
         )
+        self.doors: list[Transport] = [make(self.engine) for make in doors]
         self.host = host
 
     @property
@@ -67,12 +76,24 @@ class ArmoryServer:
         return f"ws://{self.host}:{self.port}"
 
     async def start(self) -> None:
+        """Start the engine, then every door; a door that cannot bind stops the rest."""
         await self.engine.start()
-        await self.transport.start()
+        started: list[Transport] = []
+        try:
+            for transport in [self.transport, *self.doors]:
+                await transport.start()
+                started.append(transport)
+        except BaseException:
+            for transport in reversed(started):
+                with contextlib.suppress(Exception):
+                    await transport.stop()
+            await self.engine.stop()
+            raise
 
     async def stop(self) -> None:
         """Close every connection, finish a running batch, stop the worker."""
-        await self.transport.stop()
+        for transport in [self.transport, *self.doors]:
+            await transport.stop()
         await self.engine.stop()
 
     async def __aenter__(self) -> Self:
