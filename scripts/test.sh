@@ -23,6 +23,19 @@ if ! "$openpi_venv/bin/python" -c 'import openpi_client.websocket_client_policy'
     "$openpi_venv/bin/pip" install -q 'openpi-client==0.1.2' typing_extensions ||
     echo "test.sh: could not install openpi-client into $openpi_venv; its test will be skipped" >&2
 fi
+# LeRobot 0.6.1 (Python 3.12, its own torch) runs policy workers and LeRobot's own client
+# in the tests that need it; built once per change of envs/lerobot/requirements.txt into
+# ~/.cache/armory. In CI a failed build fails the run; elsewhere those tests are skipped.
+if [ -z "${ARMORY_LEROBOT_PYTHON:-}" ]; then
+  if lerobot_python=$(bash scripts/lerobot-env.sh); then
+    export ARMORY_LEROBOT_PYTHON=$lerobot_python
+  elif [ "${CI:-}" = "true" ]; then
+    echo "test.sh: could not build the LeRobot environment (scripts/lerobot-env.sh)" >&2
+    exit 1
+  else
+    echo "test.sh: no LeRobot environment; its tests will be skipped" >&2
+  fi
+fi
 .venv/bin/ruff check .
 status=0
 .venv/bin/pytest "${suites[@]}" "$@" || status=$?
