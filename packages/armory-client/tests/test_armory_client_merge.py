@@ -407,6 +407,9 @@ def test_rtc_request_freezes_first_d_actions() -> None:
     # A queue shorter than d freezes what it has; d = 0 freezes nothing.
     assert rtc_request(queued, 9).delay == 5 and len(rtc_request(queued, 9).remainder) == 0
     assert rtc_request(queued, 0).prefix.shape == (0, 1)
+    # Empty parts stay off the wire (an empty queue has no action width).
+    assert list(rtc_request(queued, 0).to_wire()) == ["rtc_remainder", "rtc_delay"]
+    assert list(rtc_request(IndexedActions.empty(3), 2).to_wire()) == ["rtc_delay"]
     with pytest.raises(ValueError, match="delay_ticks"):
         rtc_request(queued, -1)
 

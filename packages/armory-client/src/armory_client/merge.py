@@ -63,9 +63,9 @@ observation's index k is ``__armory__.action_index``):
 
 - `rtc_prefix`: float array (d, action_dim), frozen: the actions for indices
   ``k .. k+d-1``, executed whatever the reply; the chunk's rows ``0 .. d-1``
-  should equal them.
+  should equal them. Left out when d = 0.
 - `rtc_remainder`: float array (n, action_dim), the rest of the queue, indices
-  ``k+d ..``: the old plan, for soft guidance.
+  ``k+d ..``: the old plan, for soft guidance. Left out when n = 0.
 - `rtc_delay`: int >= 0, d: the number of frozen actions, ``len(rtc_prefix)``
   (fewer than asked when the queue holds fewer).
 
@@ -466,12 +466,15 @@ class RtcRequest:
     """d: the number of frozen actions."""
 
     def to_wire(self) -> dict[str, Any]:
-        """The top-level observation entries: `rtc_prefix`, `rtc_remainder`, `rtc_delay`."""
-        return {
-            RTC_PREFIX_KEY: self.prefix,
-            RTC_REMAINDER_KEY: self.remainder,
-            RTC_DELAY_KEY: self.delay,
+        """The top-level observation entries: `rtc_prefix` and `rtc_remainder` when they
+        hold actions (an empty queue has no action width to send), and `rtc_delay`."""
+        wire: dict[str, Any] = {
+            key: rows
+            for key, rows in ((RTC_PREFIX_KEY, self.prefix), (RTC_REMAINDER_KEY, self.remainder))
+            if len(rows)
         }
+        wire[RTC_DELAY_KEY] = self.delay
+        return wire
 
 
 def rtc_delay_ticks(round_trip_s: float, control_hz: float, *, margin_ticks: int = 0) -> int:

@@ -91,6 +91,9 @@ class RuntimeConfig:
     # Actions
     merge_rule: str = "replace"
     """How a landing chunk joins the queued actions, by name (`merge.MERGE_RULES`)."""
+    rtc_margin_ticks: int = 1
+    """``rtc``: actions frozen beyond the measured round trip (``ceil(rtt * hz)``), so a
+    reply that lands a little late still joins the frozen prefix without a seam."""
     safety: SafetyConfig = dataclasses.field(default_factory=SafetyConfig)
     """Limits, jump stop and dry-queue behaviour (default: hold the last action)."""
     # Images
@@ -117,6 +120,12 @@ class RuntimeConfig:
         if not isinstance(self.history_len, int) or self.history_len < 0:
             raise ValueError(f"history_len must be an int >= 0, got {self.history_len!r}")
         make_merge_rule(self.merge_rule)
+        if (
+            not isinstance(self.rtc_margin_ticks, int)
+            or isinstance(self.rtc_margin_ticks, bool)
+            or self.rtc_margin_ticks < 0
+        ):
+            raise ValueError(f"rtc_margin_ticks must be an int >= 0, got {self.rtc_margin_ticks!r}")
         if not isinstance(self.safety, SafetyConfig):
             raise ValueError(f"safety must be a SafetyConfig, got {self.safety!r}")
         if self.jpeg_quality is not None and (
@@ -379,7 +388,11 @@ class RobotRuntime:
         )
         self._observation_step += 1
         if isinstance(self.queue.merge_rule, Rtc):
-            delay = rtc_delay_ticks(self.round_trip.value_s or 0.0, self.config.control_hz)
+            delay = rtc_delay_ticks(
+                self.round_trip.value_s or 0.0,
+                self.config.control_hz,
+                margin_ticks=self.config.rtc_margin_ticks,
+            )
             frozen = self.queue.merge_rule.freeze(self.queue.queued, delay)
             obs = {**obs, **frozen.to_wire()}
         sent_s = self._clock() - (self._t0_s if self._t0_s is not None else self._clock())
