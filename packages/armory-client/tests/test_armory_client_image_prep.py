@@ -11,6 +11,7 @@ from armory_client import (
     ImageSpec,
     decode_jpeg,
     encode_jpeg,
+    image_prep,
     image_specs,
     prepare_images,
     resize_with_pad,
@@ -69,6 +70,20 @@ def gradient(height: int, width: int) -> np.ndarray:
 
 
 # ---- resize_with_pad ---------------------------------------------------------------
+
+
+@needs_pil
+@pytest.mark.parametrize("method", ["bilinear", "area"])
+def test_numpy_path_matches_pil_path(method: str) -> None:
+    """Without pillow the numpy resampling gives what PIL gives (to 1 level, where Pillow
+    runs the height pass first): robots with and without pillow send the same images."""
+    rng = np.random.default_rng(3)
+    image = rng.integers(0, 256, size=(480, 640, 3), dtype=np.uint8)
+    for height, width in [(224, 224), (96, 128), (300, 200)]:
+        fast = image_prep._resize_pil(image, height, width, method)
+        slow = image_prep._resize(image, height, width, method)
+        assert fast is not None and fast.shape == slow.shape == (height, width, 3)
+        assert np.abs(fast.astype(int) - slow.astype(int)).max() <= 1
 
 
 def test_same_size_is_returned_as_is() -> None:

@@ -110,6 +110,10 @@ class DelayProxy:
                 self._pipe(reader, up_writer, self.uplink),
                 self._pipe(up_reader, writer, self.downlink),
             )
+        except asyncio.CancelledError:
+            # stop() cuts the connection; asyncio's stream server would log a handler
+            # that ends cancelled.
+            pass
         finally:
             for w in (writer, up_writer):
                 w.close()
