@@ -30,7 +30,14 @@ from armory.engine.session import (
     directed_lead_s,
     directed_send_index,
 )
-from armory.policies.base import Policy, PolicyMetadata, conform_observation
+from armory.policies.base import (
+    CONTEXT_CHUNK_START,
+    CONTEXT_KEYS,
+    CONTEXT_ROBOT,
+    Policy,
+    PolicyMetadata,
+    conform_observation,
+)
 from armory.scheduling.base import Scheduler
 
 _OVERHEAD_WINDOW = 4096
@@ -61,6 +68,8 @@ class Reply:
     """Seconds the policy itself took for the batch."""
     prev_total_s: float | None
     """Server time (arrival to reply sent) of the same connection's previous request."""
+    noise_sha256: str | None = None
+    """The policy's fixed action noise (``PolicyMetadata.noise_sha256``), sent with each reply."""
 
 
 @dataclass(frozen=True)
@@ -183,6 +192,7 @@ class ServerEngine:
             defaults=self._plain_defaults,
             action_horizon=self.metadata.action_horizon,
         )
+        _add_context(obs, self.metadata.context_keys, session, plan)
         if state is not None:
             self._claim_name(session)
         prev_total_s = session.last_total_s
@@ -202,6 +212,7 @@ class ServerEngine:
             forward_s=result.forward_s,
             policy_s=result.policy_s,
             prev_total_s=prev_total_s,
+            noise_sha256=self.metadata.noise_sha256,
         )
 
     def reply_sent(self, session: Session, reply: Reply, sent_s: float) -> None:
@@ -252,6 +263,18 @@ class ServerEngine:
             self.config.max_batch_size,
             self.config.directed_margin_s,
         )
+
+
+def _add_context(
+    obs: dict[str, Any], keys: tuple[str, ...], session: Session, plan: RequestPlan
+) -> None:
+    """Replace any context entry the robot sent with the engine's own, for the keys the
+    policy asked for (``PolicyMetadata.context_keys``); drop the rest."""
+    for key in CONTEXT_KEYS:
+        obs.pop(key, None)
+    values = {CONTEXT_CHUNK_START: plan.report.action_index, CONTEXT_ROBOT: session.robot_name}
+    for key in keys:
+        obs[key] = values[key]
 
 
 def _split_state(observation: Mapping[str, Any]) -> tuple[dict[str, Any], RobotState | None]:

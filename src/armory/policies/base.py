@@ -21,6 +21,9 @@ from armory_client.image_prep import decode_jpeg
 from armory.engine.errors import ObservationError
 
 __all__ = [
+    "CONTEXT_CHUNK_START",
+    "CONTEXT_KEYS",
+    "CONTEXT_ROBOT",
     "InputSpec",
     "ObservationError",
     "Policy",
@@ -32,6 +35,16 @@ __all__ = [
 
 STR_DTYPE = "str"
 """``InputSpec.dtype`` of a text input (e.g. a prompt): a Python str."""
+
+CONTEXT_CHUNK_START = "armory/chunk_start"
+"""Context entry: the action index (int) the requested chunk starts at: the robot's
+``action_index`` (Armory clients) or the server's count for a plain client."""
+CONTEXT_ROBOT = "armory/robot"
+"""Context entry: the session's robot name (str): the Armory ``robot_id``, else
+``conn-<n>`` for a plain client's connection."""
+CONTEXT_KEYS = (CONTEXT_CHUNK_START, CONTEXT_ROBOT)
+"""Entries the engine can add to an observation for a policy that asks for them in
+:attr:`PolicyMetadata.context_keys`; a robot cannot send them."""
 
 # Dtype kinds whose bytes are not plain values; never declared, never accepted.
 _REFUSED_KINDS = {"O": "object", "V": "void/structured"}
@@ -102,6 +115,14 @@ class PolicyMetadata:
     """Expected forward-pass seconds per batch size; seeds the server's learned profile."""
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Policy-specific entries of the metadata frame (e.g. openpi's ``reset_pose``)."""
+    noise_sha256: str | None = None
+    """SHA-256 of the action noise fixed for the run (a noise ticket, see
+    :mod:`armory.policies.noise`); None when the noise is not fixed. Sent in the
+    metadata frame and with every reply."""
+    context_keys: tuple[str, ...] = ()
+    """Entries of :data:`CONTEXT_KEYS` the engine adds to each observation before
+    ``infer_batch`` (e.g. a replay policy needs each request's chunk start); a policy
+    never sees one it did not ask for."""
 
     def __post_init__(self) -> None:
         if self.action_horizon < 1 or self.action_dim < 1:
@@ -109,6 +130,14 @@ class PolicyMetadata:
                 f"action_horizon and action_dim must be >= 1, got {self.action_horizon} "
                 f"and {self.action_dim}"
             )
+        unknown = sorted(set(self.context_keys) - set(CONTEXT_KEYS))
+        if unknown:
+            raise ValueError(
+                f"unknown context keys {unknown}; valid keys: {', '.join(CONTEXT_KEYS)}"
+            )
+        clash = sorted(set(CONTEXT_KEYS) & set(self.inputs))
+        if clash:
+            raise ValueError(f"inputs {clash} use names reserved for engine context")
 
 
 class Policy(abc.ABC):

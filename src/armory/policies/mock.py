@@ -5,6 +5,11 @@ inputs counts towards it; the rest is slept, off the event loop). The actions
 are a pure function of the robot's own observation (:func:`mock_actions`), so a
 test can recompute every chunk it receives and prove that no robot ever gets
 another robot's chunk.
+
+Noise tickets: with ``--policy.noise.seed`` or ``--policy.noise.ticket`` (see
+:mod:`armory.policies.noise`) the mock adds ``noise_scale`` times the fixed
+(action_horizon, action_dim) noise to every chunk before real-time chunking, and
+reports the noise's SHA-256, so tickets can be tested without a model.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from armory.engine.latency_profile import (
     preset_names,
 )
 from armory.policies.base import STR_DTYPE, InputSpec, Policy, PolicyMetadata
+from armory.policies.noise import NoiseConfig, make_noise
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,10 @@ class MockPolicyConfig:
     """Length of the state vector."""
     prompt_key: str | None = "prompt"
     """Declared optional text input; None declares none."""
+    noise: NoiseConfig = field(default_factory=NoiseConfig)
+    """Fixed action noise of shape (action_horizon, action_dim), added to every chunk."""
+    noise_scale: float = 0.1
+    """Each chunk gets noise_scale * noise added (only with a noise seed or ticket)."""
 
     def __post_init__(self) -> None:
         if self.latency_profile not in preset_names():
@@ -60,6 +70,8 @@ class MockPolicyConfig:
                 f"action_horizon, action_dim and state_dim must be >= 1, got "
                 f"{self.action_horizon}, {self.action_dim}, {self.state_dim}"
             )
+        if not np.isfinite(self.noise_scale):
+            raise ValueError(f"noise_scale must be finite, got {self.noise_scale}")
         keys = [*self.image_keys, self.state_key, *([self.prompt_key] if self.prompt_key else [])]
         if len(set(keys)) != len(keys):
             raise ValueError(f"mock policy input keys must be distinct, got {keys}")
@@ -87,12 +99,15 @@ class MockPolicy(Policy):
         # Never fed samples: the configured line is the mock's ground truth.
         self._true_latency = LatencyProfile(self._points)
         self._sleep = sleep
+        self.noise = make_noise(config.noise, (config.action_horizon, config.action_dim))
+        """The fixed noise, or None (checked here, when the server starts)."""
         self._metadata = PolicyMetadata(
             name="mock",
             action_horizon=config.action_horizon,
             action_dim=config.action_dim,
             inputs=config.inputs(),
             latency_points=dict(self._points),
+            noise_sha256=None if self.noise is None else self.noise.sha256,
         )
         # Batch sizes of every forward pass, in order (read by tests).
         self.batch_sizes: list[int] = []
@@ -105,8 +120,10 @@ class MockPolicy(Policy):
         done_s = time.perf_counter() + self._true_latency.latency_s(len(observations))
         self.batch_sizes.append(len(observations))
         chunks = [
-            mock_actions(
-                obs, self._metadata.inputs, self.config.action_horizon, self.config.action_dim
+            self._add_noise(
+                mock_actions(
+                    obs, self._metadata.inputs, self.config.action_horizon, self.config.action_dim
+                )
             )
             for obs in observations
         ]
@@ -114,6 +131,13 @@ class MockPolicy(Policy):
         if remaining_s > 0:
             self._sleep(remaining_s)
         return chunks
+
+    def _add_noise(self, chunk: np.ndarray) -> np.ndarray:
+        """``chunk + noise_scale * noise`` (float32) with fixed noise; else ``chunk``."""
+        if self.noise is None:
+            return chunk
+        scale = np.float32(self.config.noise_scale)
+        return chunk + scale * self.noise.array
 
 
 def mock_actions(

@@ -22,6 +22,9 @@ from armory.policies.base import PolicyMetadata
 ARMORY_INFO_KEY = "armory"
 """Metadata-frame key of the server's own description."""
 
+NOISE_SHA_KEY = "noise_sha256"
+"""Metadata-frame and ``policy_timing`` key of the fixed action noise's SHA-256."""
+
 ERROR_CLOSE_CODE = 1011
 """Close code after an error text frame (openpi's: internal error)."""
 ERROR_CLOSE_REASON = "request failed; the text frame before this one says why"
@@ -33,13 +36,16 @@ def metadata_map(
     metadata: PolicyMetadata, config: ServerConfig, *, scheduler: str
 ) -> dict[str, Any]:
     """The first frame of every connection: the policy's declared interface and the
-    server's description under ``"armory"`` (policy ``extra`` entries come first)."""
+    server's description under ``"armory"`` (policy ``extra`` entries come first;
+    ``noise_sha256`` only when the policy's noise is fixed)."""
+    noise = {} if metadata.noise_sha256 is None else {NOISE_SHA_KEY: metadata.noise_sha256}
     return {
         **dict(metadata.extra),
         "policy": metadata.name,
         "action_horizon": metadata.action_horizon,
         "action_dim": metadata.action_dim,
         "inputs": {key: spec.to_wire() for key, spec in metadata.inputs.items()},
+        **noise,
         ARMORY_INFO_KEY: {
             "version": WIRE_VERSION,
             "server": f"armory {_version()}",
@@ -75,7 +81,8 @@ def decode_request(frame: bytes | str) -> dict[str, Any]:
 
 def reply_map(reply: Reply) -> dict[str, Any]:
     """The reply as openpi sends it, plus ``__armory__`` for Armory clients (the client
-    package's `ReplyState` map: version, chunk_start, next_request_index)."""
+    package's `ReplyState` map: version, chunk_start, next_request_index), and the fixed
+    noise's ``noise_sha256`` in ``policy_timing`` when the policy has one."""
     server_timing = {"infer_ms": 1e3 * reply.forward_s, "queue_ms": 1e3 * reply.wait_s}
     if reply.prev_total_s is not None:
         server_timing["prev_total_ms"] = 1e3 * reply.prev_total_s
@@ -84,6 +91,8 @@ def reply_map(reply: Reply) -> dict[str, Any]:
         "server_timing": server_timing,
         "policy_timing": {"infer_ms": 1e3 * reply.policy_s},
     }
+    if reply.noise_sha256 is not None:
+        message["policy_timing"][NOISE_SHA_KEY] = reply.noise_sha256
     if reply.is_armory:
         state = ReplyState(
             chunk_start=reply.chunk_start, next_request_index=reply.next_request_index
