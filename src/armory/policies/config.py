@@ -13,13 +13,15 @@ import tyro
 from armory.policies.base import Policy
 from armory.policies.mock import MockPolicyConfig
 from armory.policies.python import PythonPolicyConfig
+from armory.policies.replay import ReplayPolicyConfig
 
 PolicyConfig = (
     Annotated[MockPolicyConfig, tyro.conf.subcommand("mock")]
     | Annotated[PythonPolicyConfig, tyro.conf.subcommand("python")]
+    | Annotated[ReplayPolicyConfig, tyro.conf.subcommand("replay")]
 )
 
 
-def make_policy(config: MockPolicyConfig | PythonPolicyConfig) -> Policy:
+def make_policy(config: MockPolicyConfig | PythonPolicyConfig | ReplayPolicyConfig) -> Policy:
     """A new policy for ``config``."""
     return config.make()
