@@ -9,18 +9,27 @@ from server_harness import make_obs
 from armory.engine.errors import ObservationError
 from armory.engine.latency_profile import LinearProfileConfig
 from armory.policies.base import InputSpec, conform_observation, validate_observation
-from armory.policies.mock import MockPolicy, MockPolicyConfig, mock_actions
+from armory.policies.mock import (
+    MOCK_MAX_STEP,
+    MockPolicy,
+    MockPolicyConfig,
+    inpaint_prefix,
+    mock_actions,
+)
 from armory.policies.python import PythonPolicyConfig
 
 INPUTS = MockPolicyConfig().inputs()
 
 
-def test_mock_declares_two_cameras_a_state_and_an_optional_prompt() -> None:
-    """The mock's default inputs: two uint8 224x224x3 images, float32 state (8,), prompt str."""
+def test_mock_declares_two_cameras_a_state_an_optional_prompt_and_rtc_fields() -> None:
+    """The mock's default inputs: two uint8 224x224x3 images, float32 state (8,), prompt str,
+    and the optional real-time-chunking prefix and remainder (rows of 7 actions)."""
     assert MockPolicyConfig().inputs() == {
         "observation/image": InputSpec((224, 224, 3), "uint8"),
         "observation/wrist_image": InputSpec((224, 224, 3), "uint8"),
         "observation/state": InputSpec((8,), "float32"),
+        "rtc_prefix": InputSpec((None, 7), required=False),
+        "rtc_remainder": InputSpec((None, 7), required=False),
         "prompt": InputSpec((), "str", required=False),
     }
 
@@ -30,7 +39,13 @@ def test_mock_inputs_are_configurable() -> None:
     config = MockPolicyConfig(
         image_keys=("cam",), image_shape=(64, 48, 3), state_key="q", state_dim=3, prompt_key=None
     )
-    assert config.inputs() == {"cam": InputSpec((64, 48, 3), "uint8"), "q": InputSpec((3,))}
+    rtc = InputSpec((None, 7), required=False)
+    assert config.inputs() == {
+        "cam": InputSpec((64, 48, 3), "uint8"),
+        "q": InputSpec((3,)),
+        "rtc_prefix": rtc,
+        "rtc_remainder": rtc,
+    }
 
 
 def test_valid_observation_passes_with_extra_keys_and_prompt() -> None:
@@ -124,6 +139,37 @@ def test_mock_actions_are_deterministic_and_depend_on_each_input() -> None:
         if isinstance(value, np.ndarray) and value.dtype == np.uint8:
             value[0, 0, 0] ^= 1
         assert not np.array_equal(first, mock_actions(obs | {key: value}, INPUTS, 10, 7)), key
+
+
+def test_mock_chunks_are_smooth_and_start_anywhere() -> None:
+    """Consecutive actions differ by at most MOCK_MAX_STEP; chunk starts spread over [-1, 1)."""
+    chunks = [mock_actions(make_obs(i), INPUTS, 10, 7) for i in range(20)]
+    for chunk in chunks:
+        assert np.abs(np.diff(chunk, axis=0)).max() <= MOCK_MAX_STEP + 1e-6
+    starts = np.stack([chunk[0] for chunk in chunks])
+    assert starts.min() < -0.5 and starts.max() > 0.5
+
+
+def test_mock_inpaints_the_rtc_prefix_without_a_seam() -> None:
+    """With rtc_prefix the chunk's first d rows are the prefix and the step from row d-1
+    to row d is the chunk's own step; rtc keys do not change the underlying chunk."""
+    fast = LinearProfileConfig(1e-4, 0.0)
+    policy = MockPolicyConfig(latency_profile="linear", linear=fast).make()
+    obs = make_obs(5)
+    plain = policy.infer_batch([obs])[0]
+    prefix = np.full((3, 7), 2.0, np.float32)
+    remainder = np.zeros((4, 7), np.float32)
+    joined = policy.infer_batch([obs | {"rtc_prefix": prefix, "rtc_remainder": remainder}])[0]
+    np.testing.assert_array_equal(joined[:3], prefix)
+    np.testing.assert_allclose(np.diff(joined[2:], axis=0), np.diff(plain[2:], axis=0), atol=1e-6)
+    np.testing.assert_array_equal(inpaint_prefix(plain, np.zeros((0, 7), np.float32)), plain)
+
+
+def test_mock_refuses_an_rtc_prefix_of_the_wrong_width() -> None:
+    """rtc_prefix rows must have action_dim values; the error names the key."""
+    obs = make_obs(0) | {"rtc_prefix": np.zeros((2, 3), np.float32)}
+    with pytest.raises(ObservationError, match="rtc_prefix"):
+        conform_observation(obs, INPUTS)
 
 
 def test_mock_sleeps_for_the_profile_latency_of_the_batch_size() -> None:

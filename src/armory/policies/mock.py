@@ -4,7 +4,16 @@ Each forward pass lasts the profile's latency for the batch size (hashing the
 inputs counts towards it; the rest is slept, off the event loop). The actions
 are a pure function of the robot's own observation (:func:`mock_actions`), so a
 test can recompute every chunk it receives and prove that no robot ever gets
-another robot's chunk.
+another robot's chunk. Each chunk is a smooth trajectory (a start point and
+steps of at most ``max_step`` per action), so a seam between two chunks shows as
+a jump larger than the policy's own step-to-step change.
+
+Real-time chunking: the mock honours ``rtc_prefix`` (the d actions the robot will
+play whatever the reply, see ``armory_client.merge``) the way an inpainting policy
+does: the chunk's first d rows are the prefix, and the rest continues from its
+last row with the chunk's own steps, so the robot never sees a seam
+(:func:`inpaint_prefix`). ``rtc_remainder`` and ``rtc_delay`` are accepted and
+not used.
 
 Noise tickets: with ``--policy.noise.seed`` or ``--policy.noise.ticket`` (see
 :mod:`armory.policies.noise`) the mock adds ``noise_scale`` times the fixed
@@ -30,6 +39,15 @@ from armory.engine.latency_profile import (
 )
 from armory.policies.base import STR_DTYPE, InputSpec, Policy, PolicyMetadata
 from armory.policies.noise import NoiseConfig, make_noise
+
+RTC_PREFIX_KEY = "rtc_prefix"
+"""(d, action_dim) float actions the robot plays whatever the reply (real-time chunking)."""
+RTC_REMAINDER_KEY = "rtc_remainder"
+"""(n, action_dim) float: the rest of the robot's queue, the old plan."""
+_RTC_KEYS = (RTC_PREFIX_KEY, RTC_REMAINDER_KEY)
+
+MOCK_MAX_STEP = 0.05
+"""Largest change of any action value from one action of a mock chunk to the next."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +98,8 @@ class MockPolicyConfig:
         """The declared inputs, by key."""
         specs = {key: InputSpec(shape=self.image_shape, dtype="uint8") for key in self.image_keys}
         specs[self.state_key] = InputSpec(shape=(self.state_dim,), dtype="float32")
+        for key in _RTC_KEYS:
+            specs[key] = InputSpec(shape=(None, self.action_dim), required=False)
         if self.prompt_key:
             specs[self.prompt_key] = InputSpec(dtype=STR_DTYPE, required=False)
         return specs
@@ -120,10 +140,16 @@ class MockPolicy(Policy):
         done_s = time.perf_counter() + self._true_latency.latency_s(len(observations))
         self.batch_sizes.append(len(observations))
         chunks = [
-            self._add_noise(
-                mock_actions(
-                    obs, self._metadata.inputs, self.config.action_horizon, self.config.action_dim
-                )
+            inpaint_prefix(
+                self._add_noise(
+                    mock_actions(
+                        obs,
+                        self._metadata.inputs,
+                        self.config.action_horizon,
+                        self.config.action_dim,
+                    )
+                ),
+                obs.get(RTC_PREFIX_KEY),
             )
             for obs in observations
         ]
@@ -141,13 +167,20 @@ class MockPolicy(Policy):
 
 
 def mock_actions(
-    obs: Mapping[str, Any], inputs: Mapping[str, InputSpec], action_horizon: int, action_dim: int
+    obs: Mapping[str, Any],
+    inputs: Mapping[str, InputSpec],
+    action_horizon: int,
+    action_dim: int,
+    *,
+    max_step: float = MOCK_MAX_STEP,
 ) -> np.ndarray:
-    """The mock's chunk for ``obs``: uniform values in [-1, 1) seeded by a hash of the
-    declared inputs (key, dtype, shape and bytes of each, in key order)."""
+    """The mock's chunk for ``obs`` before real-time chunking: a start point uniform in
+    [-1, 1), then steps uniform in [-max_step, max_step) per action, all seeded by a hash
+    of the declared inputs (key, dtype, shape and bytes of each, in key order; the
+    real-time-chunking entries are not hashed)."""
     digest = hashlib.blake2b(digest_size=16)
     for key in sorted(inputs):
-        if key not in obs:
+        if key not in obs or key in _RTC_KEYS:
             continue
         value = obs[key]
         digest.update(key.encode())
@@ -159,4 +192,19 @@ def mock_actions(
         digest.update(array.data)
     seed = int.from_bytes(digest.digest(), "little")
     rng = np.random.Generator(np.random.PCG64(seed))
-    return rng.uniform(-1.0, 1.0, size=(action_horizon, action_dim)).astype(np.float32)
+    start = rng.uniform(-1.0, 1.0, size=(1, action_dim))
+    steps = rng.uniform(-max_step, max_step, size=(action_horizon - 1, action_dim))
+    return np.cumsum(np.concatenate([start, steps]), axis=0).astype(np.float32)
+
+
+def inpaint_prefix(chunk: np.ndarray, prefix: np.ndarray | None) -> np.ndarray:
+    """``chunk`` joined to the frozen ``prefix`` without a seam: rows ``0 .. d-1`` are the
+    prefix, row ``i >= d`` is ``prefix[d-1] + chunk[i] - chunk[d-1]`` (the chunk's own
+    steps from the last frozen action). No prefix, or an empty one: ``chunk`` itself."""
+    if prefix is None or len(prefix) == 0:
+        return chunk
+    d = min(len(prefix), len(chunk))
+    out = np.empty_like(chunk)
+    out[:d] = prefix[:d]
+    out[d:] = prefix[d - 1] + (chunk[d:] - chunk[d - 1])
+    return out
