@@ -57,8 +57,12 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=20.0)
     parser.add_argument("--seeds", type=int, default=3, help="simulator seeds averaged")
     parser.add_argument("--fleets", nargs="*", help="fleet files (default: the set below)")
+    parser.add_argument(
+        "--modes", nargs="*", help="request modes to run each --fleets file in (default: its own)"
+    )
     args = parser.parse_args()
-    runs = [(path, None) for path in args.fleets] if args.fleets else DEFAULT_RUNS
+    modes = args.modes or [None]
+    runs = [(p, m) for p in args.fleets for m in modes] if args.fleets else DEFAULT_RUNS
 
     rows = []
     for path, mode in runs:

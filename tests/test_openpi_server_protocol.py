@@ -53,9 +53,14 @@ def test_second_reply_carries_prev_total_ms() -> None:
 
 
 def test_armory_reply_adds_the_versioned_armory_map() -> None:
-    """An Armory client's reply adds __armory__ = {version, chunk_start, next_request_index}."""
+    """An Armory reply adds __armory__ = {version, chunk_start, next_request_index, deferred}."""
     decoded = unpackb(packb(reply_map(make_reply(is_armory=True))))
-    assert decoded[ARMORY_KEY] == {"version": 1, "chunk_start": 40, "next_request_index": 47}
+    assert decoded[ARMORY_KEY] == {
+        "version": 1,
+        "chunk_start": 40,
+        "next_request_index": 47,
+        "deferred": False,
+    }
 
 
 def test_actions_use_openpis_bin_keyed_ndarray_map() -> None:

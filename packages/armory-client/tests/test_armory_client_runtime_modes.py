@@ -146,8 +146,22 @@ def test_parse_armory_reply() -> None:
     }
     assert parse_reply(reply, sent_index=7)[1] == ReplyState(7, 12)
     wire = ReplyState(3, None).to_wire()
-    assert wire == {"version": 1, "chunk_start": 3, "next_request_index": None}
+    assert wire == {"version": 1, "chunk_start": 3, "next_request_index": None, "deferred": False}
     assert ReplyState.from_wire(wire) == ReplyState(3)
+
+
+def test_parse_deferred_reply_carries_no_chunk() -> None:
+    """A deferred reply (every-tick: no batch took the observation in time) may have empty
+    actions; it still names the index it answers."""
+    reply = {
+        "actions": np.zeros((0, 7), np.float32),
+        "__armory__": {"version": 1, "chunk_start": 7, "deferred": True},
+    }
+    assert parse_reply(reply, sent_index=7)[1] == ReplyState(7, deferred=True)
+    with pytest.raises(ProtocolError, match="chunk_start"):
+        parse_reply(reply, sent_index=8)
+    with pytest.raises(ValueError, match="deferred"):
+        ReplyState(7, deferred=1)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

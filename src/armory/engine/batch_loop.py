@@ -219,6 +219,17 @@ class BatchLoop:
         self._wake.set()
         return future
 
+    def withdraw(self, robot_id: int) -> bool:
+        """Take back the robot's waiting request before any batch took it (every-tick
+        deferral); False when it is already in a batch, or gone. Its future is cancelled."""
+        request = self._waiting.pop(robot_id, None)
+        if request is None:
+            return False
+        request.future.cancel()
+        if robot_id in self.mirror:
+            self.mirror.release(robot_id)
+        return True
+
     def remove(self, robot_id: int) -> None:
         """Forget a robot whose connection closed; a chunk being computed for it is dropped."""
         request = self._waiting.pop(robot_id, None) or self._inflight.pop(robot_id, None)

@@ -182,6 +182,11 @@ class QueueMirror:
         self._refresh_deadline(row)
         return True
 
+    def release(self, robot_id: int) -> None:
+        """Called when the robot's held observation is answered without a chunk (every-tick
+        deferral): it is no longer eligible until it reports a new one."""
+        self.has_obs[self._row_of[robot_id]] = False
+
     def dispatch(self, robot_id: int, land_s: float) -> int:
         """Called when the robot's held observation goes into a batch expected to land
         at ``land_s``. Returns the start index of the chunk it will produce."""

@@ -10,6 +10,7 @@ raises concerns that robot alone.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -70,6 +71,9 @@ class Reply:
     """Server time (arrival to reply sent) of the same connection's previous request."""
     noise_sha256: str | None = None
     """The policy's fixed action noise (``PolicyMetadata.noise_sha256``), sent with each reply."""
+    deferred: bool = False
+    """Every-tick: no batch took the observation within its ``defer_after_s``; ``actions``
+    is empty and the robot sends a newer observation."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,8 @@ class EngineStats:
     num_replies: int
     num_errors: int
     """Requests answered with an error (each to its own robot)."""
+    num_deferred: int
+    """Every-tick requests answered without a chunk so that a newer observation could come."""
     num_batches: int
     batch_size_counts: dict[int, int]
     mean_batch_size: float
@@ -139,6 +145,7 @@ class ServerEngine:
         self._num_requests = 0
         self._num_replies = 0
         self._num_errors = 0
+        self._num_deferred = 0
         self._overheads_s: deque[float] = deque(maxlen=_OVERHEAD_WINDOW)
 
     # ---- lifecycle -----------------------------------------------------
@@ -196,7 +203,17 @@ class ServerEngine:
         if state is not None:
             self._claim_name(session)
         prev_total_s = session.last_total_s
-        result = await self.loop.submit(session.engine_id, plan, obs, received_s=received_s)
+        future = self.loop.submit(session.engine_id, plan, obs, received_s=received_s)
+        if state is not None and state.defer_after_s is not None:
+            # Answer "deferred" so that it lands before the robot's next tick (a quarter of
+            # the wait kept as slack), and the next observation takes this one's place.
+            hold_s = max(
+                0.75 * state.defer_after_s - plan.limits.uplink_s - plan.limits.downlink_s,
+                0.25 * state.defer_after_s,
+            )
+            if await self._withdrawn(session.engine_id, future, received_s + hold_s):
+                return self._deferred_reply(state, received_s, prev_total_s)
+        result = await future
         session.answered(result.chunk_start)
         next_index = None
         if state is not None:
@@ -215,6 +232,39 @@ class ServerEngine:
             noise_sha256=self.metadata.noise_sha256,
         )
 
+    async def _withdrawn(
+        self, robot_id: int, future: asyncio.Future[Any], deadline_s: float
+    ) -> bool:
+        """Wait for ``future`` until ``deadline_s`` (server clock); True when the request
+        was then taken back before any batch took it."""
+        remaining_s = deadline_s - self.clock()
+        if remaining_s > 0:
+            done, _ = await asyncio.wait({future}, timeout=remaining_s)
+            if done:
+                return False
+        withdrawn = self.loop.withdraw(robot_id)
+        if withdrawn:
+            self._num_deferred += 1
+        return withdrawn
+
+    def _deferred_reply(
+        self, state: RobotState, received_s: float, prev_total_s: float | None
+    ) -> Reply:
+        return Reply(
+            actions=np.zeros((0, self.metadata.action_dim), np.float32),
+            chunk_start=state.action_index,
+            next_request_index=None,
+            is_armory=True,
+            batch_size=0,
+            received_s=received_s,
+            wait_s=self.clock() - received_s,
+            forward_s=0.0,
+            policy_s=0.0,
+            prev_total_s=prev_total_s,
+            noise_sha256=self.metadata.noise_sha256,
+            deferred=True,
+        )
+
     def reply_sent(self, session: Session, reply: Reply, sent_s: float) -> None:
         """Called by a transport once the reply is on its way."""
         self._num_replies += 1
@@ -231,6 +281,7 @@ class ServerEngine:
             num_requests=self._num_requests,
             num_replies=self._num_replies,
             num_errors=self._num_errors,
+            num_deferred=self._num_deferred,
             num_batches=loop.num_batches,
             batch_size_counts=loop.batch_size_counts,
             mean_batch_size=loop.mean_batch_size,

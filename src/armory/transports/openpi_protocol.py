@@ -81,7 +81,7 @@ def decode_request(frame: bytes | str) -> dict[str, Any]:
 
 def reply_map(reply: Reply) -> dict[str, Any]:
     """The reply as openpi sends it, plus ``__armory__`` for Armory clients (the client
-    package's `ReplyState` map: version, chunk_start, next_request_index), and the fixed
+    package's `ReplyState` map: version, chunk_start, next_request_index, deferred), and the fixed
     noise's ``noise_sha256`` in ``policy_timing`` when the policy has one."""
     server_timing = {"infer_ms": 1e3 * reply.forward_s, "queue_ms": 1e3 * reply.wait_s}
     if reply.prev_total_s is not None:
@@ -95,7 +95,9 @@ def reply_map(reply: Reply) -> dict[str, Any]:
         message["policy_timing"][NOISE_SHA_KEY] = reply.noise_sha256
     if reply.is_armory:
         state = ReplyState(
-            chunk_start=reply.chunk_start, next_request_index=reply.next_request_index
+            chunk_start=reply.chunk_start,
+            next_request_index=reply.next_request_index,
+            deferred=reply.deferred,
         )
         message[ARMORY_KEY] = state.to_wire()
     return message

@@ -52,6 +52,10 @@ class RobotState:
     """The client's own measured request-to-reply duration; None before the first reply."""
     weight: float = 1.0
     """Relative priority of this robot when capacity is short."""
+    defer_after_s: float | None = None
+    """Every-tick mode: if no batch has taken this observation this many seconds after it
+    arrived, the server answers "deferred" (no chunk) so that the robot can send a newer
+    one; None: the server holds the observation until it is served."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.robot_id, str) or not self.robot_id:
@@ -68,6 +72,7 @@ class RobotState:
         self._set_int("observation_step", minimum=0)
         self._set_float("round_trip_s", positive=False, optional=True)
         self._set_float("weight", positive=True)
+        self._set_float("defer_after_s", positive=True, optional=True)
         if self.max_execution_horizon < self.min_execution_horizon:
             raise ValueError(
                 f"RobotState.max_execution_horizon ({self.max_execution_horizon}) is below "

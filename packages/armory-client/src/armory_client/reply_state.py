@@ -35,8 +35,13 @@ class ReplyState:
     next_request_index: int | None = None
     """Directed mode: the action index at which the robot should send its next
     observation; None when the server gives no direction."""
+    deferred: bool = False
+    """No chunk: no batch took the observation within its `defer_after_s` (every-tick
+    mode); the robot sends a newer one. The reply's actions are then empty."""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.deferred, bool):
+            raise ValueError(f"ReplyState.deferred must be a bool, got {self.deferred!r}")
         for name, optional in [("chunk_start", False), ("next_request_index", True)]:
             value = getattr(self, name)
             if value is None and optional:
@@ -63,6 +68,7 @@ class ReplyState:
         return cls(
             chunk_start=wire["chunk_start"],
             next_request_index=wire.get("next_request_index"),
+            deferred=wire.get("deferred", False),
         )
 
 
@@ -71,7 +77,8 @@ def parse_reply(reply: Mapping[str, Any], *, sent_index: int) -> tuple[np.ndarra
     chunk and its `ReplyState`.
 
     A reply without `ARMORY_KEY` (a plain openpi server) gets
-    ``ReplyState(chunk_start=sent_index)``. Raises ProtocolError when the actions
+    ``ReplyState(chunk_start=sent_index)``; a deferred reply carries no chunk (its
+    actions are not used). Raises ProtocolError when the actions of a chunk
     are not a non-empty 2-D numeric array, when the Armory map is malformed, or
     when its chunk start is not `sent_index` (the chunk would land on the wrong
     indices).
@@ -79,13 +86,21 @@ def parse_reply(reply: Mapping[str, Any], *, sent_index: int) -> tuple[np.ndarra
     actions = reply.get(ACTIONS_KEY)
     if not isinstance(actions, np.ndarray):
         raise ProtocolError(f"reply lacks an {ACTIONS_KEY!r} array (keys: {sorted(reply)})")
+    state = _armory_state(reply, sent_index)
+    if state.deferred:
+        return actions, state
     if actions.ndim != 2 or len(actions) == 0 or actions.dtype.kind not in "biuf":
         raise ProtocolError(
             f"reply {ACTIONS_KEY!r} must be a non-empty 2-D numeric array, got shape "
             f"{actions.shape} dtype {actions.dtype.str!r}"
         )
+    return actions, state
+
+
+def _armory_state(reply: Mapping[str, Any], sent_index: int) -> ReplyState:
+    """The reply's `ReplyState` (``chunk_start=sent_index`` for a plain openpi server)."""
     if ARMORY_KEY not in reply:
-        return actions, ReplyState(chunk_start=sent_index)
+        return ReplyState(chunk_start=sent_index)
     try:
         state = ReplyState.from_wire(reply[ARMORY_KEY])
     except ValueError as exc:
@@ -95,4 +110,4 @@ def parse_reply(reply: Mapping[str, Any], *, sent_index: int) -> tuple[np.ndarra
             f"reply chunk_start {state.chunk_start} is not the action index {sent_index} "
             "the observation was sent with"
         )
-    return actions, state
+    return state

@@ -190,6 +190,10 @@ class RobotRuntime:
         """Checks every action before `Robot.send_action` (`on_safety_stop` is told once
         per stop, e.g. to cut motor torque)."""
         self.mode = make_request_mode(config.request_mode, margin_s=config.threshold_margin_s)
+        # Every-tick: an observation no batch took within a tick is answered "deferred",
+        # so the next one (a tick fresher) can be sent in its place.
+        every_tick = config.request_mode == "every-tick"
+        self._defer_after_s = 1.0 / config.control_hz if every_tick else None
         self.round_trip = RoundTripEstimate(smoothing=config.round_trip_smoothing)
         self.stats = RuntimeStats(history_len=config.history_len)
         self.episode_id = 0
@@ -385,6 +389,7 @@ class RobotRuntime:
             episode_id=self.episode_id,
             observation_step=self._observation_step,
             round_trip_s=self.round_trip.value_s,
+            defer_after_s=self._defer_after_s,
         )
         self._observation_step += 1
         if isinstance(self.queue.merge_rule, Rtc):
@@ -447,8 +452,9 @@ class RobotRuntime:
         try:
             reply = await self._client.infer(payload)
             round_trip_s = self._clock() - start_s
-            self.round_trip.update(round_trip_s)
             actions, reply_state = parse_reply(reply, sent_index=sent.action_index)
+            if not reply_state.deferred:
+                self.round_trip.update(round_trip_s)
         except HandshakeRejected:
             raise
         except ArmoryClientError as exc:
@@ -462,6 +468,8 @@ class RobotRuntime:
         if self._consecutive_errors:
             logger.info("%s: requests succeed again", self.config.robot_id)
             self._consecutive_errors = 0
+        if reply_state.deferred:
+            return record(round_trip_s=round_trip_s, outcome="deferred", actions_gained=0)
         outcome, gained = self._land(actions, reply_state, sent)
         return record(round_trip_s=round_trip_s, outcome=outcome, actions_gained=gained)
 

@@ -41,7 +41,8 @@ class RequestRecord:
     """From sending to holding the decoded reply; None when no reply came."""
     outcome: str
     """``applied``, ``dropped`` (older than the current chunk), ``stale-episode``
-    (sent in an earlier episode) or ``error``."""
+    (sent in an earlier episode), ``deferred`` (every-tick: no batch took it in time, a
+    newer observation follows) or ``error``."""
     actions_gained: int
     """Actions of the chunk queued when it was applied (0 otherwise)."""
     error: str | None = None
@@ -75,6 +76,8 @@ class RuntimeSummary:
     num_chunks_applied: int
     num_chunks_dropped: int
     num_stale_episode_replies: int
+    num_deferred_replies: int
+    """Every-tick: observations the server answered without a chunk (a newer one followed)."""
     bytes_sent: int
     bytes_sent_per_s: float
     mean_round_trip_s: float | None
@@ -94,6 +97,7 @@ class RuntimeStats:
         self.num_requests = 0
         self.num_request_errors = 0
         self.num_stale_episode_replies = 0
+        self.num_deferred_replies = 0
         self.bytes_sent = 0
         self.num_round_trips = 0
         self.round_trip_sum_s = 0.0
@@ -111,7 +115,10 @@ class RuntimeStats:
 
     def on_finish(self, record: RequestRecord) -> None:
         """Called when a request is answered, fails or is discarded."""
-        if record.round_trip_s is not None:
+        if record.outcome == "deferred":
+            # Held on purpose: not a round trip of the link and the policy.
+            self.num_deferred_replies += 1
+        elif record.round_trip_s is not None:
             self.num_round_trips += 1
             self.round_trip_sum_s += record.round_trip_s
         if record.outcome == "error":
@@ -145,6 +152,7 @@ class RuntimeStats:
             num_chunks_applied=queue.num_chunks_applied,
             num_chunks_dropped=queue.num_chunks_dropped,
             num_stale_episode_replies=self.num_stale_episode_replies,
+            num_deferred_replies=self.num_deferred_replies,
             bytes_sent=self.bytes_sent,
             bytes_sent_per_s=self.bytes_sent / elapsed_s if elapsed_s else 0.0,
             mean_round_trip_s=(
