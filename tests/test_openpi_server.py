@@ -470,7 +470,9 @@ def test_armory_serve_command_serves_until_interrupted(tmp_path: Path) -> None:
     try:
         line = proc.stdout.readline() if proc.stdout else ""
         assert "armory: serving policy mock" in line, line
-        uri = line.split(" on ", 1)[1].split(";", 1)[0]
+        door = proc.stdout.readline() if proc.stdout else ""
+        assert door.startswith("armory: openpi WebSocket on ws://127.0.0.1:"), door
+        uri = door.split(" on ", 1)[1].split(" ", 1)[0]
         with PolicyClient(uri) as client:
             reply = client.infer(make_obs(3))
         assert reply["actions"].shape == (10, 7)
@@ -490,3 +492,14 @@ def test_port_in_use_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> Non
             ServerThread(ArmoryServer(make_mock(), port=port)).start()
         assert main(["serve", "--port", str(port), "--log-level", "ERROR"]) == 2
     assert f"cannot serve on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+def test_a_server_needs_at_least_one_door_and_can_be_asked_to_stop() -> None:
+    """No openpi port and no other door is refused; request_stop sets the event that
+    run_server waits on."""
+    with pytest.raises(ValueError, match="no front door"):
+        ArmoryServer(make_mock(), port=None)
+    server = ArmoryServer(make_mock(), port=0)
+    assert not server.stop_requested.is_set()
+    server.request_stop()
+    assert server.stop_requested.is_set()

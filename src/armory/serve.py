@@ -43,7 +43,7 @@ class ArmoryServer:
         config: ServerConfig | None = None,
         *,
         host: str = "127.0.0.1",
-        port: int = 8000,
+        port: int | None = 8000,
         # Security
         api_key: str | None = None,
         # Plumbing
@@ -52,8 +52,8 @@ class ArmoryServer:
         doors: Sequence[DoorFactory] = (),
     ) -> None:
         """Nothing is bound until :meth:`start`. ``scheduler`` defaults to the one
-        ``config.scheduler`` names; ``port=0`` picks a free port. ``doors`` build the
-        front doors served beside the openpi one."""
+        ``config.scheduler`` names; ``port=0`` picks a free port, ``port=None`` opens no
+        openpi door. ``doors`` build the front doors served beside (or instead of) it."""
         self.config = config or ServerConfig()
         self.engine = ServerEngine(
             policy,
@@ -61,15 +61,34 @@ class ArmoryServer:
             config=self.config,
             clock=clock,
         )
-        self.transport = OpenpiWebSocketTransport(
-            self.engine, host=host, port=port, api_key=api_key
+        self.transport = (
+            None
+            if port is None
+            else OpenpiWebSocketTransport(self.engine, host=host, port=port, api_key=api_key)
         )
         self.doors: list[Transport] = [make(self.engine) for make in doors]
+        if self.transport is None and not self.doors:
+            raise ValueError("no front door to open: give an openpi port or another door")
         self.host = host
+        self.stop_requested = asyncio.Event()
+        """Set by :meth:`request_stop`; :func:`run_server` stops when it is set."""
 
     @property
     def port(self) -> int:
+        """The openpi door's bound port (after :meth:`start`)."""
+        if self.transport is None:
+            raise RuntimeError("this server has no openpi door")
         return self.transport.port
+
+    @property
+    def transports(self) -> list[Transport]:
+        """Every front door, the openpi one first."""
+        return [*([self.transport] if self.transport else []), *self.doors]
+
+    def request_stop(self) -> None:
+        """Ask :func:`run_server` to stop the server (call on the server's loop; a GR00T
+        ``kill`` the operator allowed does)."""
+        self.stop_requested.set()
 
     @property
     def uri(self) -> str:
@@ -80,7 +99,7 @@ class ArmoryServer:
         await self.engine.start()
         started: list[Transport] = []
         try:
-            for transport in [self.transport, *self.doors]:
+            for transport in self.transports:
                 await transport.start()
                 started.append(transport)
         except BaseException:
@@ -92,7 +111,7 @@ class ArmoryServer:
 
     async def stop(self) -> None:
         """Close every connection, finish a running batch, stop the worker."""
-        for transport in [self.transport, *self.doors]:
+        for transport in self.transports:
             await transport.stop()
         await self.engine.stop()
 
@@ -175,7 +194,7 @@ def run_server(server: ArmoryServer, *, announce: bool = True) -> int:
     """Serve until SIGINT or SIGTERM; returns the exit status."""
 
     async def main() -> None:
-        stop = asyncio.Event()
+        stop = server.stop_requested
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -186,13 +205,28 @@ def run_server(server: ArmoryServer, *, announce: bool = True) -> int:
                 meta = engine.metadata
                 print(
                     f"armory: serving policy {meta.name} (horizon {meta.action_horizon}, "
-                    f"dim {meta.action_dim}) on {server.uri}; max batch "
-                    f"{engine.config.max_batch_size}, scheduler {engine.scheduler_name}; "
-                    f"health at http://{server.host}:{server.port}/healthz",
+                    f"dim {meta.action_dim}); max batch {engine.config.max_batch_size}, "
+                    f"scheduler {engine.scheduler_name}",
                     flush=True,
                 )
+                for line in door_lines(server):
+                    print(f"armory: {line}", flush=True)
             await stop.wait()
             logger.info("stopping")
 
     asyncio.run(main())
     return 0
+
+
+def door_lines(server: ArmoryServer) -> list[str]:
+    """One line per open front door: its protocol and where robots connect."""
+    lines = []
+    if server.transport is not None:
+        lines.append(
+            f"openpi WebSocket on {server.uri} (health at "
+            f"http://{server.host}:{server.port}/healthz)"
+        )
+    for door in server.doors:
+        describe = getattr(door, "describe", None)
+        lines.append(describe() if callable(describe) else f"{type(door).__name__}")
+    return lines
