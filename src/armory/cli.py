@@ -35,6 +35,7 @@ from armory.sim.bound import fleet_bound
 from armory.sim.metrics import SimReport
 from armory.sim.simulator import SimConfig, simulate
 from armory.sim.table import format_report, format_sweep
+from armory.transports.groot_config import GrootDoorConfig
 
 USAGE_ERROR = 2
 
@@ -174,8 +175,9 @@ class Serve:
 
     host: str = "127.0.0.1"
     """Address to bind; 127.0.0.1 unless robots connect from other machines."""
-    port: int = 8000
-    """Port of the WebSocket (and of GET /healthz); 0 picks a free one."""
+    port: int | None = 8000
+    """Port of the openpi WebSocket door (and of GET /healthz); 0 picks a free one, None
+    keeps that door closed."""
     api_key: str | None = None
     """Require 'Authorization: Api-Key <key>' (default: $ARMORY_API_KEY if set)."""
     seed: int = 0
@@ -183,13 +185,20 @@ class Serve:
     log_level: str = "INFO"
     """Logging level of the server (DEBUG, INFO, WARNING, ERROR)."""
     server: ServerConfig = dataclasses.field(default_factory=ServerConfig)
+    groot: GrootDoorConfig = dataclasses.field(default_factory=GrootDoorConfig)
+    """The GR00T ZeroMQ door: --groot.port 5555 opens it."""
     scheduler_options: Annotated[SchedulerOptions, tyro.conf.OmitArgPrefixes] = SchedulerOptions()
     policy: PolicyConfig = dataclasses.field(default_factory=MockPolicyConfig)
 
     def run(self) -> int:
         with _usage_errors():
-            if not 0 <= self.port <= 65535:
+            if self.port is not None and not 0 <= self.port <= 65535:
                 raise ValueError(f"--port must be in 0..65535, got {self.port}")
+            doors = []
+            if self.groot.port is not None:
+                doors.append(self.groot.door(self.host, on_kill=lambda: server.request_stop()))
+            if self.port is None and not doors:
+                raise ValueError("every door is closed: give --port or another door's port")
             level = logging.getLevelName(self.log_level.upper())
             if not isinstance(level, int):
                 raise ValueError(f"--log-level {self.log_level!r} is not a logging level")
@@ -216,6 +225,7 @@ class Serve:
             port=self.port,
             api_key=self.api_key or os.environ.get(API_KEY_ENV) or None,
             scheduler=scheduler,
+            doors=doors,
         )
         try:
             return run_server(server)

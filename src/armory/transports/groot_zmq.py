@@ -1,0 +1,243 @@
+"""The GR00T front door: Isaac-GR00T's ZeroMQ REQ/REP protocol, many robots at once.
+
+Robots keep their unmodified REQ sockets. The server binds a ROUTER socket, which
+keeps one identity per connected REQ socket, so each identity is one robot (one
+engine session) and requests of different robots are served concurrently while
+each robot still sees strict request/reply. ROUTER cannot see a peer disconnect:
+a session unheard of for ``session_timeout_s`` is closed (its next request opens a
+new one). Every request gets exactly one reply, ``{"error": ...}`` for anything
+that cannot be served, so a bad request never wedges a robot's socket.
+See docs/groot.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from armory.engine.errors import RequestError, SessionClosed
+from armory.engine.server_engine import Reply, ServerEngine
+from armory.engine.session import Session
+from armory.transports.base import Transport
+from armory.transports.groot_adapter import GrootAdapter
+from armory.transports.groot_config import GrootDoorConfig
+from armory.transports.groot_protocol import (
+    ENDPOINTS,
+    UNAUTHORIZED,
+    Encoding,
+    GrootProtocolError,
+    GrootRequest,
+    decode_request,
+    encode_reply,
+    error_reply,
+    get_action_parts,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Robot:
+    session: Session
+    last_seen_s: float
+    encoding: Encoding = "n1.6"
+
+
+class GrootZmqTransport(Transport):
+    """Serves the engine over GR00T's ZeroMQ protocol (ROUTER behind REQ clients)."""
+
+    def __init__(
+        self,
+        engine: ServerEngine,
+        config: GrootDoorConfig,
+        *,
+        host: str = "127.0.0.1",
+        on_kill: Callable[[], None] | None = None,
+    ) -> None:
+        self.engine = engine
+        self.config = config
+        self.host = host
+        self.on_kill = on_kill
+        meta = engine.metadata
+        self.adapter = GrootAdapter(config.layout, meta.inputs, meta.action_horizon)
+        self._context = zmq.asyncio.Context()
+        self._socket: zmq.asyncio.Socket | None = None
+        self._port: int | None = None
+        self._robots: dict[bytes, _Robot] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._loop_task: asyncio.Task[None] | None = None
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise RuntimeError("the GR00T door is not started")
+        return self._port
+
+    def describe(self) -> str:
+        return f"GR00T ZeroMQ on tcp://{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        socket = self._context.socket(zmq.ROUTER)
+        socket.setsockopt(zmq.LINGER, 0)
+        socket.setsockopt(zmq.MAXMSGSIZE, self.engine.config.max_message_bytes)
+        if self.config.port == 0:
+            self._port = socket.bind_to_random_port(f"tcp://{self.host}")
+        else:
+            socket.bind(f"tcp://{self.host}:{self.config.port}")
+            self._port = self.config.port
+        self._socket = socket
+        self._loop_task = asyncio.ensure_future(self._receive_loop())
+
+    async def stop(self) -> None:
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop_task
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for robot in self._robots.values():
+            self.engine.close_session(robot.session)
+        self._robots.clear()
+        if self._socket is not None:
+            self._socket.close(linger=0)
+        self._context.term()
+
+    # ---- the socket ----------------------------------------------------
+
+    async def _receive_loop(self) -> None:
+        assert self._socket is not None
+        sweep_every_s = min(self.config.session_timeout_s, 5.0)
+        while True:
+            try:
+                async with asyncio.timeout(sweep_every_s):
+                    parts = await self._socket.recv_multipart(copy=True)
+            except TimeoutError:
+                self._close_idle()
+                continue
+            # A REQ peer sends [identity, b"", frame].
+            if len(parts) != 3 or parts[1] != b"":
+                logger.info("GR00T door: dropped a message of %d parts", len(parts))
+                continue
+            identity, _, frame = parts
+            received_s = self.engine.clock()
+            task = asyncio.ensure_future(self._serve(identity, frame, received_s))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            self._close_idle()
+
+    async def _send(self, identity: bytes, reply: bytes) -> None:
+        if self._socket is not None:
+            with contextlib.suppress(zmq.ZMQError):
+                await self._socket.send_multipart([identity, b"", reply])
+
+    def _close_idle(self) -> None:
+        now_s = self.engine.clock()
+        for identity, robot in list(self._robots.items()):
+            if now_s - robot.last_seen_s > self.config.session_timeout_s:
+                self.engine.close_session(robot.session)
+                del self._robots[identity]
+
+    def _robot(self, identity: bytes, now_s: float) -> _Robot:
+        robot = self._robots.get(identity)
+        if robot is None or robot.session.closed:
+            session = self.engine.open_session(peer=f"zmq:{identity.hex()}")
+            robot = self._robots[identity] = _Robot(session=session, last_seen_s=now_s)
+        robot.last_seen_s = now_s
+        return robot
+
+    # ---- one request ---------------------------------------------------
+
+    async def _serve(self, identity: bytes, frame: bytes, received_s: float) -> None:
+        try:
+            request = decode_request(frame)
+            self._check_token(request)
+            reply = await self._dispatch(identity, request, received_s)
+        except GrootProtocolError as exc:
+            self.engine.count_error()
+            logger.info("GR00T request refused: %s", exc)
+            reply = error_reply(str(exc))
+        except RequestError as exc:
+            self.engine.count_error()
+            logger.info("GR00T request refused: %s", exc)
+            reply = error_reply(str(exc))
+        except SessionClosed:
+            reply = error_reply("the session was closed; send the request again")
+        except Exception:
+            logger.exception("GR00T request failed")
+            reply = error_reply("internal server error; the server log has the details")
+        await self._send(identity, reply)
+
+    def _check_token(self, request: GrootRequest) -> None:
+        expected = self.config.api_token
+        if expected is None:
+            return
+        given = (request.api_token or "").encode()
+        if not hmac.compare_digest(given, expected.encode()):
+            raise GrootProtocolError(UNAUTHORIZED)
+
+    async def _dispatch(self, identity: bytes, request: GrootRequest, received_s: float) -> bytes:
+        endpoint = request.endpoint
+        if endpoint == "ping":
+            return encode_reply({"status": "ok", "message": "Server is running"})
+        if endpoint == "kill":
+            if not self.config.allow_kill or self.on_kill is None:
+                raise GrootProtocolError(
+                    "kill is disabled on this server (the operator enables it with "
+                    "--groot.allow-kill)"
+                )
+            asyncio.get_running_loop().call_later(0.05, self.on_kill)
+            return encode_reply({"status": "ok", "message": "Server is shutting down"})
+        robot = self._robot(identity, received_s)
+        if endpoint == "get_modality_config":
+            return encode_reply(self.adapter.modality_configs(self._encoding(robot)))
+        if endpoint == "reset":
+            # A new episode: the robot's queue starts empty.
+            self.engine.close_session(robot.session)
+            del self._robots[identity]
+            return encode_reply({"status": "ok", "message": "reset"})
+        if endpoint == "get_action":
+            return await self._get_action(robot, request.data, received_s)
+        raise GrootProtocolError(
+            f"Unknown endpoint: {endpoint!r}; valid: {', '.join(ENDPOINTS)}"
+        )
+
+    def _encoding(self, robot: _Robot) -> Encoding:
+        configured = self.config.encoding
+        return robot.encoding if configured == "auto" else configured  # type: ignore[return-value]
+
+    async def _get_action(self, robot: _Robot, data: Any, received_s: float) -> bytes:
+        obs, encoding = get_action_parts(data, self.config.encoding)
+        robot.encoding = encoding
+        observation = self.adapter.observation(obs, encoding)
+        reply = await self.engine.infer(robot.session, observation, received_s=received_s)
+        actions = self.adapter.actions(reply.actions, encoding)
+        if encoding == "n1.5":
+            frame = encode_reply(actions)
+        else:
+            frame = encode_reply([actions, _info(reply, self.engine.metadata.name)])
+        self.engine.reply_sent(robot.session, reply, self.engine.clock())
+        return frame
+
+
+def _info(reply: Reply, policy: str) -> dict[str, Any]:
+    """The info map of an N1.6 reply: where the chunk came from and how long it took."""
+    info: dict[str, Any] = {
+        "policy": policy,
+        "batch_size": reply.batch_size,
+        "queue_ms": 1e3 * reply.wait_s,
+        "infer_ms": 1e3 * reply.forward_s,
+    }
+    if reply.noise_sha256 is not None:
+        info["noise_sha256"] = reply.noise_sha256
+    return info

@@ -1,0 +1,223 @@
+"""The GR00T ZeroMQ door over real sockets on 127.0.0.1: both encodings, every endpoint,
+errors that never wedge a socket, many robots sharing batches."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import msgpack
+import numpy as np
+import pytest
+from groot_client import GrootClient, groot_observation
+from server_harness import expected_actions, make_mock, make_obs
+
+from armory.engine.config import ServerConfig
+from armory.serve import ArmoryServer, ServerThread
+from armory.transports.groot_adapter import GrootLayout
+from armory.transports.groot_config import GrootDoorConfig
+
+ENCODINGS = ["n1.6", "n1.5"]
+
+
+def npy_request(as_npy: bytes) -> dict:
+    """A get_action request whose one video stream carries ``as_npy`` as its array."""
+    array = {"__ndarray_class__": True, "as_npy": as_npy}
+    return {"data": {"observation": {"video": {"a": array}}}}
+
+
+@contextmanager
+def groot_server(
+    policy=None, *, openpi: bool = False, **door: object
+) -> Iterator[tuple[ServerThread, int]]:
+    """A server with the GR00T door on an ephemeral port (and openpi's if asked)."""
+    config = GrootDoorConfig(port=0, **door)  # type: ignore[arg-type]
+    killed = threading.Event()
+    server = ArmoryServer(
+        policy or make_mock(),
+        ServerConfig(max_batch_size=4),
+        port=0 if openpi else None,
+        doors=[config.door("127.0.0.1", on_kill=killed.set)],
+    )
+    thread = ServerThread(server).start()
+    thread.killed = killed  # type: ignore[attr-defined]
+    try:
+        yield thread, server.doors[0].port  # type: ignore[attr-defined]
+    finally:
+        thread.stop()
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_every_endpoint_round_trips(encoding: str) -> None:
+    """ping, get_modality_config, get_action (the mock's own chunk for the mapped
+    observation), reset, and kill refused by default."""
+    policy = make_mock()
+    with groot_server(policy) as (_, port), GrootClient(port, encoding=encoding) as client:
+        assert client.ping() == {"status": "ok", "message": "Server is running"}
+        obs = make_obs(3, prompt="stack the cups")
+        reply = client.get_action(groot_observation(obs, encoding, task="stack the cups"))
+        want = expected_actions(policy, obs)
+        if encoding == "n1.6":
+            actions, info = reply
+            np.testing.assert_array_equal(actions["joints"], want[None])
+            assert info["policy"] == "mock" and info["batch_size"] == 1
+        else:
+            np.testing.assert_array_equal(reply["action.joints"], want)
+        config = client.get_modality_config()
+        as_json = "dict" if encoding == "n1.6" else "str"
+        assert config["video"]["modality_keys"] == ["image", "wrist_image"]
+        assert config["action"]["delta_indices"] == list(range(10))
+        assert all(c["as_json_type"] == as_json for c in config.values())
+        assert client.reset() == {"status": "ok", "message": "reset"}
+        assert "kill is disabled" in client.call("kill")["error"]
+        assert client.ping()["status"] == "ok"
+
+
+def test_kill_stops_the_server_when_allowed() -> None:
+    with groot_server(allow_kill=True) as (thread, port), GrootClient(port) as client:
+        assert client.call("kill") == {"status": "ok", "message": "Server is shutting down"}
+        assert thread.killed.wait(5.0)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("frame", "match"),
+    [
+        (b"\xc1garbage", "undecodable"),
+        (msgpack.packb([1, 2]), "msgpack map"),
+        (msgpack.packb({"endpoint": "fly"}), "Unknown endpoint: 'fly'"),
+        (msgpack.packb({"endpoint": 7}), "'endpoint' must be a str"),
+        (msgpack.packb({"endpoint": "get_action", "data": 3}), "needs a map"),
+        (msgpack.packb(npy_request(b"x")), "not a plain .npy"),
+    ],
+)
+def test_bad_frames_get_their_error_and_the_socket_keeps_working(frame: bytes, match: str) -> None:
+    with groot_server() as (_, port), GrootClient(port) as client:
+        reply = client.send_raw(frame)
+        assert match in reply["error"]
+        assert client.ping()["status"] == "ok"
+
+
+def test_pickled_object_arrays_are_refused() -> None:
+    """An .npy of dtype object (pickle inside) is refused, never loaded."""
+    import io
+
+    buffer = io.BytesIO()
+    np.save(buffer, np.array([{"x": 1}], dtype=object), allow_pickle=True)
+    frame = msgpack.packb(npy_request(buffer.getvalue()))
+    with groot_server() as (_, port), GrootClient(port) as client:
+        assert "not a plain .npy" in client.send_raw(frame)["error"]
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_wrong_shapes_name_the_stream(encoding: str) -> None:
+    obs = groot_observation(make_obs(0), encoding)
+    if encoding == "n1.6":
+        obs["video"]["front"] = np.zeros((2, 1, 224, 224, 3), np.uint8)
+        match = "batch dimension 2"
+    else:
+        obs["state.arm"] = np.zeros((1, 2, 3), np.float32)
+        match = "state.arm"
+    with groot_server() as (_, port), GrootClient(port, encoding=encoding) as client:
+        assert match in client.get_action(obs)["error"]
+        small = groot_observation(make_obs(0), encoding)
+        small.pop("video" if encoding == "n1.6" else "video.wrist")
+        assert "video streams" in client.get_action(small)["error"]
+        assert client.ping()["status"] == "ok"
+
+
+def test_tokens_are_checked() -> None:
+    with groot_server(api_token="s3cret") as (_, port):
+        with GrootClient(port) as anonymous:
+            assert anonymous.ping() == {"error": "Unauthorized: Invalid API token"}
+        with GrootClient(port, api_token="wrong") as wrong:
+            assert wrong.ping() == {"error": "Unauthorized: Invalid API token"}
+        with GrootClient(port, api_token="s3cret") as right:
+            assert right.ping()["status"] == "ok"
+
+
+def test_layout_maps_named_cameras_and_state_order() -> None:
+    """Explicit camera pairs and state order: swapping the cameras changes the chunk."""
+    policy = make_mock()
+    layout = GrootLayout(
+        cameras=("wrist=observation/image", "front=observation/wrist_image"),
+        state=("arm", "gripper"),
+    )
+    obs = make_obs(5)
+    swapped = dict(obs)
+    swapped["observation/image"], swapped["observation/wrist_image"] = (
+        obs["observation/wrist_image"],
+        obs["observation/image"],
+    )
+    with groot_server(policy, layout=layout) as (_, port), GrootClient(port) as client:
+        actions, _ = client.get_action(groot_observation(obs, "n1.6"))
+    np.testing.assert_array_equal(actions["joints"][0], expected_actions(policy, swapped))
+
+
+def test_many_robots_get_their_own_chunks_in_shared_batches() -> None:
+    """Six GR00T robots (both encodings) at once: each gets the chunk of its own
+    observation, and the server batches them together."""
+    policy = make_mock()
+    errors: list[BaseException] = []
+
+    def robot(seed: int, port: int) -> None:
+        encoding = ENCODINGS[seed % 2]
+        try:
+            with GrootClient(port, encoding=encoding) as client:
+                for step in range(6):
+                    obs = make_obs(seed, step)
+                    reply = client.get_action(groot_observation(obs, encoding))
+                    nested = encoding == "n1.6"
+                    actions = reply[0]["joints"][0] if nested else reply["action.joints"]
+                    np.testing.assert_array_equal(actions, expected_actions(policy, obs))
+        except BaseException as exc:
+            errors.append(exc)
+
+    with groot_server(policy) as (thread, port):
+        threads = [threading.Thread(target=robot, args=(i, port)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        stats = thread.stats()
+    assert not errors, errors
+    assert stats.num_replies == 36 and stats.num_errors == 0
+    assert max(policy.batch_sizes) > 1
+
+
+def test_config_is_checked() -> None:
+    with pytest.raises(ValueError, match="encoding"):
+        GrootDoorConfig(encoding="n2")
+    with pytest.raises(ValueError, match="video_name=input_key"):
+        GrootLayout(cameras=("front",))
+
+
+def test_armory_serve_opens_the_groot_door_and_a_remote_kill_stops_it() -> None:
+    """`armory serve --port 0 --groot.port 0 --groot.allow-kill`: both doors announced,
+    both serve, and GR00T's kill ends the process with status 0."""
+    import subprocess
+    import sys
+
+    from armory_client import PolicyClient
+
+    argv = [sys.executable, "-m", "armory.cli", "serve", "--port", "0", "--groot.port", "0",
+            "--groot.allow-kill", "policy:mock", "--policy.latency-profile", "linear"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline() for _ in range(3)]
+        assert "serving policy mock" in lines[0], lines
+        openpi_uri = lines[1].split(" on ", 1)[1].split(" ", 1)[0]
+        assert lines[2].startswith("armory: GR00T ZeroMQ on tcp://127.0.0.1:"), lines
+        groot_port = int(lines[2].rsplit(":", 1)[1])
+        with PolicyClient(openpi_uri) as openpi:
+            assert openpi.infer(make_obs(1))["actions"].shape == (10, 7)
+        with GrootClient(groot_port) as client:
+            actions, _ = client.get_action(groot_observation(make_obs(2), "n1.6"))
+            assert actions["joints"].shape == (1, 10, 7)
+            assert client.call("kill")["status"] == "ok"
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
