@@ -1,0 +1,72 @@
+"""Robots arriving through different front doors are batched together in one forward pass."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from armory_client import PolicyClient
+from groot_client import GrootClient, groot_observation
+from server_harness import GatedPolicy, expected_actions, make_mock, make_obs
+
+from armory.engine.config import ServerConfig
+from armory.scheduling.config import SchedulerConfig
+from armory.scheduling.registry import make_scheduler
+from armory.serve import ArmoryServer, ServerThread
+from armory.transports.groot_config import GrootDoorConfig
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_openpi_and_groot_robots_share_one_batch() -> None:
+    """While one batch holds the executor, an openpi robot and a GR00T robot ask; the
+    next forward pass carries both, and each gets the chunk of its own observation."""
+    mock = make_mock()
+    policy = GatedPolicy(mock)
+    server = ArmoryServer(
+        policy,
+        ServerConfig(max_batch_size=4),
+        port=0,
+        scheduler=make_scheduler(SchedulerConfig(name="max-batch")),
+        doors=[GrootDoorConfig(port=0).door("127.0.0.1")],
+    )
+    results: dict[str, Any] = {}
+    with ServerThread(server) as thread:
+        groot_port = server.doors[0].port  # type: ignore[attr-defined]
+
+        def openpi_robot(name: str, seed: int) -> None:
+            with PolicyClient("127.0.0.1", thread.port, request_timeout_s=10.0) as client:
+                results[name] = client.infer(make_obs(seed))["actions"]
+
+        def groot_robot() -> None:
+            with GrootClient(groot_port) as client:
+                actions, info = client.get_action(groot_observation(make_obs(2), "n1.6"))
+                results["groot"] = (actions["joints"][0], info)
+
+        first = threading.Thread(target=openpi_robot, args=("blocker", 0))
+        first.start()
+        policy.next_batch()  # the blocker's batch holds the executor
+        others = [
+            threading.Thread(target=openpi_robot, args=("openpi", 1)),
+            threading.Thread(target=groot_robot),
+        ]
+        for t in others:
+            t.start()
+        wait_for(lambda: thread.stats().num_requests == 3)
+        policy.allow(2)
+        shared = policy.next_batch()
+        for t in [first, *others]:
+            t.join(10)
+    assert len(shared) == 2
+    np.testing.assert_array_equal(results["openpi"], expected_actions(mock, make_obs(1)))
+    groot_actions, info = results["groot"]
+    np.testing.assert_array_equal(groot_actions, expected_actions(mock, make_obs(2)))
+    assert info["batch_size"] == 2
