@@ -1,0 +1,1 @@
+"""LeRobot's async-inference messages (``transport`` package), generated from services.proto."""
