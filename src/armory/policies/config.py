@@ -14,14 +14,18 @@ from armory.policies.base import Policy
 from armory.policies.mock import MockPolicyConfig
 from armory.policies.python import PythonPolicyConfig
 from armory.policies.replay import ReplayPolicyConfig
+from armory.policies.worker_policy import MockWorkerPolicyConfig
 
 PolicyConfig = (
     Annotated[MockPolicyConfig, tyro.conf.subcommand("mock")]
     | Annotated[PythonPolicyConfig, tyro.conf.subcommand("python")]
     | Annotated[ReplayPolicyConfig, tyro.conf.subcommand("replay")]
+    | Annotated[MockWorkerPolicyConfig, tyro.conf.subcommand("mock-worker")]
 )
 
 
-def make_policy(config: MockPolicyConfig | PythonPolicyConfig | ReplayPolicyConfig) -> Policy:
+def make_policy(
+    config: MockPolicyConfig | PythonPolicyConfig | ReplayPolicyConfig | MockWorkerPolicyConfig,
+) -> Policy:
     """A new policy for ``config``."""
     return config.make()
