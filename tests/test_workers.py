@@ -19,6 +19,7 @@ from armory_client.errors import ServerError
 from server_harness import running_server
 
 from armory.engine.executor import Executor
+from armory.policies.base import Policy
 from armory.policies.noise import NoiseConfig, make_noise, save_ticket
 from armory.policies.worker_policy import MockWorkerPolicyConfig, WorkerOptions, WorkerPolicy
 from armory.workers.backends.mock import worker_mock_actions
@@ -118,25 +119,39 @@ def test_worker_answers_each_robot_with_its_own_chunk(make_worker: MakeWorker) -
 def test_four_robots_through_a_server(make_worker: MakeWorker) -> None:
     """Four openpi clients at once through ArmoryServer: every reply is its robot's chunk."""
     policy = make_worker(intercept_s=0.01)
+    robots = [[make_obs(100 * robot + step) for step in range(3)] for robot in range(4)]
+    replies = serve_robots(policy, robots)
+    for observations, chunks in zip(robots, replies, strict=True):
+        for obs, chunk in zip(observations, chunks, strict=True):
+            np.testing.assert_array_equal(chunk, expected(policy, obs))
+
+
+def serve_robots(
+    policy: Policy, robots: list[list[dict[str, Any]]], timeout_s: float = 60.0
+) -> list[list[np.ndarray]]:
+    """Serve ``policy`` on a server and run one openpi client thread per robot, each sending
+    its observations in turn; every robot's received chunks, in order."""
+    replies: list[list[np.ndarray]] = [[] for _ in robots]
     failures: list[BaseException] = []
 
-    def robot(seed: int, port: int) -> None:
+    def robot(index: int, port: int) -> None:
         try:
             with PolicyClient("127.0.0.1", port) as client:
-                for step in range(3):
-                    obs = make_obs(100 * seed + step)
-                    reply = client.infer(obs)
-                    np.testing.assert_array_equal(reply["actions"], expected(policy, obs))
+                for obs in robots[index]:
+                    replies[index].append(client.infer(obs)["actions"])
         except BaseException as exc:  # reported below
             failures.append(exc)
 
     with running_server(policy) as server:
-        threads = [threading.Thread(target=robot, args=(i, server.port)) for i in range(4)]
+        threads = [
+            threading.Thread(target=robot, args=(i, server.port)) for i in range(len(robots))
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:
-            thread.join(timeout=30)
+            thread.join(timeout=timeout_s)
     assert not failures, failures
+    return replies
 
 
 def test_noise_seed_reaches_the_worker_and_the_metadata(make_worker: MakeWorker) -> None:

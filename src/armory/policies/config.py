@@ -11,6 +11,7 @@ from typing import Annotated
 import tyro
 
 from armory.policies.base import Policy
+from armory.policies.lerobot import LeRobotPolicyConfig
 from armory.policies.mock import MockPolicyConfig
 from armory.policies.python import PythonPolicyConfig
 from armory.policies.replay import ReplayPolicyConfig
@@ -21,11 +22,16 @@ PolicyConfig = (
     | Annotated[PythonPolicyConfig, tyro.conf.subcommand("python")]
     | Annotated[ReplayPolicyConfig, tyro.conf.subcommand("replay")]
     | Annotated[MockWorkerPolicyConfig, tyro.conf.subcommand("mock-worker")]
+    | Annotated[LeRobotPolicyConfig, tyro.conf.subcommand("lerobot")]
 )
 
 
 def make_policy(
-    config: MockPolicyConfig | PythonPolicyConfig | ReplayPolicyConfig | MockWorkerPolicyConfig,
+    config: MockPolicyConfig
+    | PythonPolicyConfig
+    | ReplayPolicyConfig
+    | MockWorkerPolicyConfig
+    | LeRobotPolicyConfig,
 ) -> Policy:
     """A new policy for ``config``."""
     return config.make()

@@ -1,0 +1,274 @@
+"""The ``lerobot`` worker backend: any LeRobot (0.6.1) policy, batched, with its own
+pre- and post-processors. Runs in LeRobot's environment (Python 3.12, its own torch).
+
+One adapter for every policy type LeRobot's factory builds:
+
+- **Model.** ``path``: a local checkpoint (``config.json`` + ``model.safetensors`` as
+  ``save_pretrained`` writes them), loaded with the type's ``from_pretrained``; or
+  ``type`` with random weights (``torch.manual_seed(seed)``) and features built from
+  ``cameras``, ``image_size``, ``state_dim``, ``action_dim``, for benchmarks and tests.
+  ``overrides`` set config fields either way (e.g. ``dim_model``, ``n_obs_steps``).
+  A backbone's pretrained ImageNet weights are never downloaded
+  (``pretrained_backbone_weights=None``; a checkpoint holds its own).
+- **Processors.** ``make_pre_post_processors``: the checkpoint's saved pipelines when
+  it has ``policy_preprocessor.json``, else new ones from the config (no dataset
+  statistics: normalisation is the identity).
+- **Inputs.** The config's ``input_features`` under their LeRobot names: a VISUAL
+  feature ``observation.images.<camera>`` of shape (C, H, W) is declared as a uint8
+  (H, W, C) image (what robots send) and becomes float (C, H, W) in [0, 1]; STATE
+  (``observation.state``) and ENV (``observation.environment_state``) are float32
+  vectors; the task text is an optional str input (``task_key``, default ``task``).
+- **Batch.** The robots' observations are stacked into one batch (task as a list of
+  str), pre-processed, sent through one ``predict_action_chunk``, post-processed, and
+  returned as (batch, rows, action_dim) float32. Policies that read an observation
+  history (diffusion) get the current observation repeated ``n_obs_steps`` times,
+  as LeRobot's ``select_action`` does on an episode's first step.
+- **Noise.** For types that take it (:data:`NOISE_SHAPES`) the server's fixed noise
+  tile of the per-sample shape goes to ``predict_action_chunk(batch, noise=...)``,
+  the same tile for every sample of every batch.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from armory.workers.backends.base import Backend, BackendInfo
+
+IMAGE_PREFIX = "observation.images."
+"""LeRobot's prefix of a camera feature."""
+STATE_FEATURE = "observation.state"
+"""LeRobot's joint-state feature."""
+ACTION_FEATURE = "action"
+"""LeRobot's action feature."""
+HISTORY_TYPES = frozenset({"diffusion"})
+"""Types whose ``predict_action_chunk`` wants observations as (batch, n_obs_steps, ...)."""
+NOISE_SHAPES: dict[str, Callable[[Any], tuple[int, int]]] = {
+    "diffusion": lambda cfg: (cfg.horizon, cfg.action_feature.shape[0]),
+    "pi0": lambda cfg: (cfg.chunk_size, cfg.max_action_dim),
+    "pi05": lambda cfg: (cfg.chunk_size, cfg.max_action_dim),
+    "smolvla": lambda cfg: (cfg.chunk_size, cfg.max_action_dim),
+}
+"""Per-sample noise shape of the types whose ``predict_action_chunk`` takes ``noise``."""
+
+
+def make_backend(options: dict[str, Any]) -> LeRobotBackend:
+    try:
+        import lerobot  # noqa: F401
+        import torch  # noqa: F401
+    except ImportError as exc:
+        raise RuntimeError(
+            f"{exc.name or exc} is not installed for {sys.executable}: run the worker with "
+            "LeRobot's environment (--policy.python, ARMORY_LEROBOT_PYTHON, or "
+            "scripts/lerobot-env.sh to build it)"
+        ) from None
+    return LeRobotBackend(**options)
+
+
+class LeRobotBackend(Backend):
+    """A LeRobot policy with its processors; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        path: str | None = None,
+        type: str | None = None,  # LeRobot's own name
+        cameras: Sequence[str] = ("front", "wrist"),
+        image_size: Sequence[int] = (96, 96),
+        state_dim: int = 6,
+        action_dim: int = 6,
+        overrides: Mapping[str, Any] | None = None,
+        seed: int = 0,
+        device: str = "cpu",
+        task_key: str = "task",
+    ) -> None:
+        import torch
+
+        self._torch = torch
+        self._device = torch.device(device)
+        self._task_key = task_key
+        overrides = dict(overrides or {})
+        if path:
+            self.policy, self.config, (self.pre, self.post) = _load(Path(path), device, overrides)
+        elif type:
+            torch.manual_seed(seed)
+            self.policy, self.config, (self.pre, self.post) = _fresh(
+                type, cameras, image_size, state_dim, action_dim, device, overrides
+            )
+        else:
+            raise ValueError("give a checkpoint path or a policy type")
+        self.policy.eval()
+        self._inputs = _declared_inputs(self.config, task_key)
+        self._images = [key for key, spec in self._inputs.items() if spec["dtype"] == "uint8"]
+        self._vectors = [key for key, spec in self._inputs.items() if spec["dtype"] == "float32"]
+        self._history = (
+            int(getattr(self.config, "n_obs_steps", 1)) if self.config.type in HISTORY_TYPES else 0
+        )
+        self._noise: Any = None
+        self._noise_shape = self._find_noise_shape()
+        probe = self._predict([self._zeros()])  # the chunk's shape, and a first warm-up
+        self._info = BackendInfo(
+            name=f"lerobot-{self.config.type}",
+            action_horizon=int(probe.shape[1]),
+            action_dim=int(probe.shape[2]),
+            inputs=self._inputs,
+            noise_shape=self._noise_shape,
+            extra={"lerobot_type": self.config.type, "device": str(self._device)},
+        )
+
+    def info(self) -> BackendInfo:
+        return self._info
+
+    def set_noise(self, noise: np.ndarray | None) -> None:
+        if noise is None:
+            self._noise = None
+            return
+        if self._noise_shape is None:
+            raise ValueError(f"LeRobot policy type {self.config.type!r} takes no fixed noise")
+        if tuple(noise.shape) != self._noise_shape:
+            raise ValueError(f"noise of shape {noise.shape}; expected {self._noise_shape}")
+        self._noise = self._torch.from_numpy(np.array(noise, dtype=np.float32)).to(self._device)
+
+    def infer(self, observations: Sequence[Mapping[str, Any]]) -> np.ndarray:
+        return self._predict(observations)
+
+    # ---- internals -----------------------------------------------------------------
+
+    def _predict(self, observations: Sequence[Mapping[str, Any]]) -> np.ndarray:
+        torch = self._torch
+        batch: dict[str, Any] = {}
+        for key in self._images:  # (B, H, W, C) uint8 -> (B, C, H, W) float in [0, 1]
+            stacked = torch.from_numpy(np.stack([obs[key] for obs in observations]))
+            batch[key] = stacked.to(self._device).permute(0, 3, 1, 2).float().div_(255.0)
+        for key in self._vectors:
+            batch[key] = torch.from_numpy(np.stack([obs[key] for obs in observations])).float()
+        batch["task"] = [str(obs.get(self._task_key) or "") for obs in observations]
+        with torch.inference_mode():
+            batch = self.pre(batch)
+            if self._history:
+                for key in (*self._images, *self._vectors):
+                    value = batch[key].unsqueeze(1)
+                    batch[key] = value.expand(-1, self._history, *value.shape[2:])
+            kwargs = {}
+            if self._noise is not None:
+                size = len(observations)
+                kwargs["noise"] = self._noise.unsqueeze(0).expand(size, *self._noise.shape)
+            actions = self.policy.predict_action_chunk(batch, **kwargs)
+            actions = self.post(actions)
+        return actions.to("cpu", torch.float32).numpy()
+
+    def _zeros(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, spec in self._inputs.items():
+            if spec["dtype"] != "str":
+                out[key] = np.zeros(spec["shape"], dtype=spec["dtype"])
+        return out
+
+    def _find_noise_shape(self) -> tuple[int, ...] | None:
+        shape_of = NOISE_SHAPES.get(self.config.type)
+        if shape_of is None:
+            return None
+        parameters = inspect.signature(self.policy.predict_action_chunk).parameters
+        takes_noise = "noise" in parameters or any(
+            p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+        )
+        return tuple(int(dim) for dim in shape_of(self.config)) if takes_noise else None
+
+
+def _declared_inputs(config: Any, task_key: str) -> dict[str, dict[str, Any]]:
+    """Armory's declared inputs from the config's ``input_features`` (LeRobot names)."""
+    from lerobot.configs.types import FeatureType
+
+    inputs: dict[str, dict[str, Any]] = {}
+    for key, feature in config.input_features.items():
+        shape = [int(dim) for dim in feature.shape]
+        if feature.type is FeatureType.VISUAL:
+            if len(shape) != 3:
+                raise ValueError(f"camera feature {key!r} has shape {shape}, expected (C, H, W)")
+            channels, height, width = shape
+            inputs[key] = {"shape": [height, width, channels], "dtype": "uint8", "required": True}
+        elif feature.type in (FeatureType.STATE, FeatureType.ENV):
+            inputs[key] = {"shape": shape, "dtype": "float32", "required": True}
+    if task_key in inputs:
+        raise ValueError(f"task_key {task_key!r} is also a feature of the policy")
+    inputs[task_key] = {"shape": None, "dtype": "str", "required": False}
+    return inputs
+
+
+def _load(path: Path, device: str, overrides: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """A checkpoint's policy, config and processors."""
+    from lerobot.configs.policies import PreTrainedConfig
+    from lerobot.policies.factory import get_policy_class, make_pre_post_processors
+
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"{path} is not a LeRobot checkpoint (no config.json)")
+    config = PreTrainedConfig.from_pretrained(path)
+    _configure(config, device, overrides)
+    config.pretrained_path = path
+    policy = get_policy_class(config.type).from_pretrained(path, config=config)
+    if (path / "policy_preprocessor.json").is_file():
+        overrides_device = {"device_processor": {"device": device}}
+        processors = make_pre_post_processors(
+            config, pretrained_path=str(path), preprocessor_overrides=overrides_device
+        )
+    else:
+        print(
+            f"lerobot worker: {path} has no saved processors; building them from the config "
+            "without dataset statistics (no normalisation)",
+            file=sys.stderr,
+        )
+        processors = make_pre_post_processors(config)
+    return policy, config, processors
+
+
+def _fresh(
+    policy_type: str,
+    cameras: Sequence[str],
+    image_size: Sequence[int],
+    state_dim: int,
+    action_dim: int,
+    device: str,
+    overrides: dict[str, Any],
+) -> tuple[Any, Any, Any]:
+    """A policy of ``policy_type`` with random weights, its config and processors."""
+    from lerobot.configs.types import FeatureType, PolicyFeature
+    from lerobot.policies.factory import (
+        get_policy_class,
+        make_policy_config,
+        make_pre_post_processors,
+    )
+
+    height, width = image_size
+    inputs = {
+        f"{IMAGE_PREFIX}{camera}": PolicyFeature(FeatureType.VISUAL, (3, height, width))
+        for camera in cameras
+    }
+    inputs[STATE_FEATURE] = PolicyFeature(FeatureType.STATE, (state_dim,))
+    outputs = {ACTION_FEATURE: PolicyFeature(FeatureType.ACTION, (action_dim,))}
+    config = make_policy_config(
+        policy_type, input_features=inputs, output_features=outputs, device=device
+    )
+    _configure(config, device, overrides)
+    policy = get_policy_class(policy_type)(config=config)
+    policy.to(device)
+    return policy, config, make_pre_post_processors(config)
+
+
+def _configure(config: Any, device: str, overrides: dict[str, Any]) -> None:
+    """Set the device, drop backbone downloads, apply ``overrides`` (unknown names refused)."""
+    config.device = device
+    if hasattr(config, "pretrained_backbone_weights"):
+        config.pretrained_backbone_weights = None
+    for name, value in overrides.items():
+        if not hasattr(config, name):
+            raise ValueError(f"{type(config).__name__} has no field {name!r} (from overrides)")
+        current = getattr(config, name)
+        setattr(config, name, tuple(value) if isinstance(current, tuple) else value)
+    validate = getattr(config, "__post_init__", None)
+    if overrides and callable(validate):
+        validate()
