@@ -96,6 +96,9 @@ class WorkerPolicy(Policy):
         self._lock = threading.Lock()
         self.num_restarts = 0
         """Workers started after the first one."""
+        self.last_worker_s: float | None = None
+        """Seconds the worker's backend spent on the last batch (its own clock): the rest
+        of ``infer_batch``'s time is what the worker adds."""
         self._spawn()
         try:
             self._handshake()
@@ -209,6 +212,7 @@ class WorkerPolicy(Policy):
         chunks = np.array(wire.view_array(self._arena.buffer, reply["chunks"]), dtype=np.float32)
         infer_s = reply.get("infer_s")
         if isinstance(infer_s, int | float) and infer_s > 0:
+            self.last_worker_s = float(infer_s)
             if self._expected is None:
                 self._expected = LatencyProfile({batch_size: float(infer_s)})
             self._expected.observe(batch_size, float(infer_s))
