@@ -36,6 +36,7 @@ from armory.sim.metrics import SimReport
 from armory.sim.simulator import SimConfig, simulate
 from armory.sim.table import format_report, format_sweep
 from armory.transports.groot_config import GrootDoorConfig
+from armory.transports.lerobot_grpc import LeRobotDoorConfig
 
 USAGE_ERROR = 2
 
@@ -187,6 +188,8 @@ class Serve:
     server: ServerConfig = dataclasses.field(default_factory=ServerConfig)
     groot: GrootDoorConfig = dataclasses.field(default_factory=GrootDoorConfig)
     """The GR00T ZeroMQ door: --groot.port 5555 opens it."""
+    lerobot: LeRobotDoorConfig = dataclasses.field(default_factory=LeRobotDoorConfig)
+    """The LeRobot async-inference gRPC door: --lerobot.port 8080 opens it."""
     scheduler_options: Annotated[SchedulerOptions, tyro.conf.OmitArgPrefixes] = SchedulerOptions()
     policy: PolicyConfig = dataclasses.field(default_factory=MockPolicyConfig)
 
@@ -197,6 +200,8 @@ class Serve:
             doors = []
             if self.groot.port is not None:
                 doors.append(self.groot.door(self.host, on_kill=lambda: server.request_stop()))
+            if self.lerobot.port is not None:
+                doors.append(self.lerobot.door(self.host))
             if self.port is None and not doors:
                 raise ValueError("every door is closed: give --port or another door's port")
             level = logging.getLevelName(self.log_level.upper())
