@@ -32,4 +32,8 @@ mkdir -p "$(dirname "$venv")"
 "$venv/bin/python" -m pip install -q --upgrade pip >&2
 "$venv/bin/python" -m pip install -q -r "$requirements" >&2
 touch "$venv/.complete"
+# Environments built from earlier requirements are no longer used.
+for old in "$cache"/envs/lerobot-*; do
+    [[ $old != "$venv" ]] && rm -rf "$old"
+done
 echo "$venv/bin/python"
