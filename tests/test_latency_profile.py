@@ -187,6 +187,19 @@ def test_table_of_size_one() -> None:
     np.testing.assert_allclose(make_profile().table(1), [0.0, 0.1])
 
 
+def test_table_is_read_only_and_follows_what_the_profile_learns() -> None:
+    """The table is shared between decisions (read-only) until an estimate changes."""
+    profile = make_profile()
+    table = profile.table(3)
+    assert profile.table(3) is table
+    with pytest.raises(ValueError):
+        table[1] = 1.0
+    for _ in range(3):
+        profile.observe(1, 0.2)
+    np.testing.assert_allclose(profile.table(3), [0.0, 0.2, 0.25, 0.3])
+    np.testing.assert_allclose(table, [0.0, 0.1, 0.2, 0.3])
+
+
 # ---- online learning ------------------------------------------------------
 
 

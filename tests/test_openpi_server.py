@@ -206,6 +206,22 @@ def test_healthz_answers_ok_and_stats_need_the_key() -> None:
     assert json.loads(body)["num_sessions"] == 0
 
 
+def test_stats_time_each_request_s_own_steps_within_its_server_time() -> None:
+    """/stats reports the requests' own steps (intake, decision, encode) as timed in
+    place, and they fit inside the arrival-to-sent time less waiting and the forward pass."""
+    with running_server() as server, PolicyClient("127.0.0.1", server.port) as client:
+        for step in range(5):
+            client.infer(make_obs(1, step))
+        stats = server.stats()
+    assert stats.num_replies == 5
+    assert stats.steps_ms_p50 is not None and stats.steps_ms_p99 is not None
+    assert stats.overhead_ms_p50 is not None
+    assert 0.0 < stats.steps_ms_p50 <= stats.steps_ms_p99
+    # Per request the steps are a part of the server-added time, so are the medians
+    # (a little slack for the two clocks involved).
+    assert stats.steps_ms_p50 <= stats.overhead_ms_p50 + 0.05
+
+
 # ---- bad inputs, each beside a well-behaved robot -----------------------------
 
 API_KEY = "k-123"

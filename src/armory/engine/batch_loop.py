@@ -64,6 +64,9 @@ class ChunkResult:
     """Seconds from submission to dispatch, less the decision that dispatched it."""
     decision_s: float
     """Seconds spent taking the snapshot, scheduling and checking the batch."""
+    intake_s: float
+    """Seconds from the request's arrival until :meth:`BatchLoop.submit` held it (decode,
+    validation, queue state)."""
     forward_s: float
     """Seconds from dispatch until the chunks were back on the event loop."""
     policy_s: float
@@ -99,6 +102,7 @@ class _Request:
     robot_id: int
     observation: Mapping[str, Any]
     future: asyncio.Future[ChunkResult]
+    received_s: float
     submitted_s: float
     downlink_s: float
     chunk_start: int = 0
@@ -213,6 +217,7 @@ class BatchLoop:
             robot_id=robot_id,
             observation=observation,
             future=future,
+            received_s=received_s,
             submitted_s=self.clock(),
             downlink_s=plan.limits.downlink_s,
         )
@@ -340,6 +345,7 @@ class BatchLoop:
                             batch_size=size,
                             wait_s=max(dispatched_s - request.submitted_s - decision_s, 0.0),
                             decision_s=decision_s,
+                            intake_s=max(request.submitted_s - request.received_s, 0.0),
                             forward_s=forward_s,
                             policy_s=outcome.policy_s,
                         )

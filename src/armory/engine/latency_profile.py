@@ -13,6 +13,7 @@ a size with no samples yet keeps its configured value.
 from __future__ import annotations
 
 import bisect
+import statistics
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -76,6 +77,7 @@ class LatencyProfile:
         self._window = window
         self._samples: dict[int, deque[float]] = {}
         self._medians: dict[int, float] = {}
+        self._tables: dict[int, np.ndarray] = {}
         self._rebuild()
 
     @classmethod
@@ -93,10 +95,19 @@ class LatencyProfile:
         return self._extrapolate(batch_size)
 
     def table(self, max_batch_size: int) -> np.ndarray:
-        """Latencies for sizes ``0..max_batch_size`` (entry 0 is 0.0), for vector code."""
-        return np.array(
-            [0.0] + [self.latency_s(b) for b in range(1, max_batch_size + 1)], dtype=np.float64
-        )
+        """Latencies for sizes ``0..max_batch_size`` (entry 0 is 0.0), for vector code.
+
+        Read-only, and the same array until the estimate changes (the scheduler asks for
+        it at every decision)."""
+        table = self._tables.get(max_batch_size)
+        if table is None:
+            table = np.array(
+                [0.0] + [self.latency_s(b) for b in range(1, max_batch_size + 1)],
+                dtype=np.float64,
+            )
+            table.flags.writeable = False
+            self._tables[max_batch_size] = table
+        return table
 
     def points(self) -> dict[int, float]:
         """The current estimate at every size that has a configured point or a sample."""
@@ -110,7 +121,7 @@ class LatencyProfile:
             return
         samples = self._samples.setdefault(batch_size, deque(maxlen=self._window))
         samples.append(float(seconds))
-        median = float(np.median(samples))
+        median = float(statistics.median(samples))
         if self._medians.get(batch_size) != median:
             self._medians[batch_size] = median
             self._rebuild()
@@ -123,6 +134,7 @@ class LatencyProfile:
         self._seconds = [merged[b] for b in self._sizes]
         top = max(self._sizes[-1], 1)
         self._table = [0.0] + [self._interpolate(b) for b in range(1, top + 1)]
+        self._tables.clear()
 
     def _interpolate(self, b: int) -> float:
         sizes, seconds = self._sizes, self._seconds

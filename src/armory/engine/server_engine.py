@@ -74,6 +74,9 @@ class Reply:
     deferred: bool = False
     """Every-tick: no batch took the observation within its ``defer_after_s``; ``actions``
     is empty and the robot sends a newer observation."""
+    steps_s: float = 0.0
+    """Seconds of the request's own steps so far: intake (decode, validation, queue
+    state) and the decision that dispatched its batch."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,11 @@ class EngineStats:
     overhead_ms_p50: float | None
     """Server-added time per request (decode, validate, schedule, encode, send): median."""
     overhead_ms_p99: float | None
+    steps_ms_p50: float | None
+    """The request's own steps (decode, validate, schedule, encode), apart from waiting
+    and the event loop: median over recent chunk replies of transports that time their
+    encode."""
+    steps_ms_p99: float | None
     latency_points_s: dict[int, float]
     """The learned forward-pass seconds per batch size."""
 
@@ -147,6 +155,7 @@ class ServerEngine:
         self._num_errors = 0
         self._num_deferred = 0
         self._overheads_s: deque[float] = deque(maxlen=_OVERHEAD_WINDOW)
+        self._steps_s: deque[float] = deque(maxlen=_OVERHEAD_WINDOW)
 
     # ---- lifecycle -----------------------------------------------------
 
@@ -230,6 +239,7 @@ class ServerEngine:
             policy_s=result.policy_s,
             prev_total_s=prev_total_s,
             noise_sha256=self.metadata.noise_sha256,
+            steps_s=result.intake_s + result.decision_s,
         )
 
     async def _withdrawn(
@@ -265,17 +275,24 @@ class ServerEngine:
             deferred=True,
         )
 
-    def reply_sent(self, session: Session, reply: Reply, sent_s: float) -> None:
-        """Called by a transport once the reply is on its way."""
+    def reply_sent(
+        self, session: Session, reply: Reply, sent_s: float, *, encode_s: float | None = None
+    ) -> None:
+        """Called by a transport once the reply is on its way (``encode_s``: the seconds it
+        took to encode it, where the transport times that)."""
         self._num_replies += 1
         session.reply_sent(reply.received_s, sent_s)
         total_s = sent_s - reply.received_s
         self._overheads_s.append(max(total_s - reply.wait_s - reply.forward_s, 0.0))
+        if encode_s is not None and not reply.deferred:
+            self._steps_s.append(reply.steps_s + encode_s)
 
     def stats(self) -> EngineStats:
         loop: LoopStats = self.loop.stats()
         overheads_ms = np.asarray(self._overheads_s) * 1e3
         has = overheads_ms.size > 0
+        steps_ms = np.asarray(self._steps_s) * 1e3
+        has_steps = steps_ms.size > 0
         return EngineStats(
             num_sessions=len(self._sessions),
             num_requests=self._num_requests,
@@ -290,6 +307,8 @@ class ServerEngine:
             decision_ms_mean=1e3 * loop.decision_s / max(loop.num_decisions, 1),
             overhead_ms_p50=float(np.percentile(overheads_ms, 50)) if has else None,
             overhead_ms_p99=float(np.percentile(overheads_ms, 99)) if has else None,
+            steps_ms_p50=float(np.percentile(steps_ms, 50)) if has_steps else None,
+            steps_ms_p99=float(np.percentile(steps_ms, 99)) if has_steps else None,
             latency_points_s=self.loop.profile.points(),
         )
 

@@ -289,4 +289,7 @@ def _timing(
         if stats.overhead_ms_p50 is not None and stats.overhead_ms_p99 is not None:
             timing["server_overhead_ms_p50"] = float(stats.overhead_ms_p50)
             timing["server_overhead_ms_p99"] = float(stats.overhead_ms_p99)
+        if stats.steps_ms_p50 is not None and stats.steps_ms_p99 is not None:
+            timing["server_steps_ms_p50"] = float(stats.steps_ms_p50)
+            timing["server_steps_ms_p99"] = float(stats.steps_ms_p99)
     return timing

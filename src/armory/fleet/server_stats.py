@@ -33,6 +33,10 @@ class StatsReading:
     """Mean time of one scheduling decision since the server started."""
     num_errors: int
     """Requests the server answered with an error."""
+    steps_ms_p50: float | None = None
+    """The requests' own steps (decode, validate, schedule, encode) over recent requests
+    (median)."""
+    steps_ms_p99: float | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StatsReading:
@@ -41,6 +45,8 @@ class StatsReading:
             busy_s=float(data["busy_s"]),
             overhead_ms_p50=data.get("overhead_ms_p50"),
             overhead_ms_p99=data.get("overhead_ms_p99"),
+            steps_ms_p50=data.get("steps_ms_p50"),
+            steps_ms_p99=data.get("steps_ms_p99"),
             decision_ms_mean=float(data.get("decision_ms_mean", 0.0)),
             num_errors=int(data.get("num_errors", 0)),
         )

@@ -146,8 +146,11 @@ class OpenpiWebSocketTransport(Transport):
             logger.info("request of %s (%s) refused: %s", session.robot_name, session.peer, exc)
             await self._send_error(ws, str(exc))
             return False
-        await ws.send(encode_reply(reply))
-        self.engine.reply_sent(session, reply, self.engine.clock())
+        encode_started_s = self.engine.clock()
+        frame = encode_reply(reply)
+        encode_s = self.engine.clock() - encode_started_s
+        await ws.send(frame)
+        self.engine.reply_sent(session, reply, self.engine.clock(), encode_s=encode_s)
         return True
 
     async def _send_error(self, ws: ServerConnection, message: str) -> None:
