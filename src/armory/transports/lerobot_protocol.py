@@ -347,7 +347,8 @@ class ObservationMapping:
 
     The defaults fit a robot whose instructions list its joints and cameras (every
     LeRobot ``RobotClient``'s do) and a policy with image inputs, one float vector input
-    and an optional ``prompt`` (``policy:mock``'s shape).
+    and at most one text input (``policy:mock``'s ``prompt``, ``policy:lerobot``'s
+    ``task``).
     """
 
     images: tuple[str, ...] = ()
@@ -359,8 +360,9 @@ class ObservationMapping:
     ``observation.state`` in the robot's instructions."""
     state_input: str | None = None
     """Policy input that receives the state vector. None: the policy's only float vector."""
-    prompt_input: str | None = "prompt"
-    """Policy input that receives the robot's ``task`` text (when the policy declares it)."""
+    prompt_input: str | None = None
+    """Policy input that receives the robot's ``task`` text. None: the policy's only text
+    input (none if it declares no text input)."""
     resize_images: bool = True
     """Resize (keeping the aspect ratio, zero padding) a camera image whose size differs
     from its input's; False: such an image is a bad observation."""
@@ -408,8 +410,14 @@ def resolve_mapping(
         )
     images = _resolve_images(mapping, features, inputs)
     prompt = mapping.prompt_input
-    if prompt is not None and (prompt not in inputs or not inputs[prompt].is_text):
-        prompt = None
+    if prompt is None:
+        prompt = _only_text_input(inputs)
+    elif prompt not in inputs or not inputs[prompt].is_text:
+        texts = [key for key, spec in inputs.items() if spec.is_text]
+        raise ValueError(
+            f"prompt_input {prompt!r} is not a text input of the policy; its text inputs: "
+            f"{', '.join(texts) or 'none'}"
+        )
     return ResolvedMapping(
         images=images,
         state_keys=tuple(state_keys),
@@ -431,6 +439,16 @@ def map_observation(raw: Mapping[str, Any], mapping: ResolvedMapping) -> dict[st
     if mapping.prompt_input is not None and isinstance(task, str) and task:
         obs[mapping.prompt_input] = task
     return obs
+
+
+def _only_text_input(inputs: Mapping[str, InputSpec]) -> str | None:
+    texts = [key for key, spec in inputs.items() if spec.is_text]
+    if len(texts) > 1:
+        raise ValueError(
+            f"the policy has {len(texts)} text inputs ({', '.join(texts)}): name the one "
+            "for the robot's task in the mapping's prompt_input"
+        )
+    return texts[0] if texts else None
 
 
 def _only_vector_input(inputs: Mapping[str, InputSpec]) -> str:
