@@ -88,7 +88,10 @@ def test_every_tick_runtimes_under_load_get_deferrals_and_keep_playing() -> None
         summaries = asyncio.run(fleet())
         stats = server.stats()
     assert stats.num_errors == 0 and stats.num_deferred > 0
-    assert sum(s.num_deferred_replies for s in summaries) == stats.num_deferred
+    # A reply the server sent as a robot stopped is not counted by that robot (its
+    # request was cancelled): at most one per robot.
+    counted = sum(s.num_deferred_replies for s in summaries)
+    assert 0 < counted <= stats.num_deferred <= counted + len(summaries)
     for summary in summaries:
         assert summary.num_request_errors == 0
         assert summary.num_chunks_applied >= 2, summary

@@ -112,6 +112,8 @@ class FakeClient:
         self.request_times_s: list[float] = []
         self.failures: list[Exception] = []
         self.silent = False
+        self.num_deferred = 0
+        """Answer this many of the next requests "deferred" (after ``delay_s``)."""
         self.connected = self.closed = False
 
     async def connect(self) -> FakeClient:
@@ -128,6 +130,10 @@ class FakeClient:
         if self.failures:
             raise self.failures.pop(0)
         start = state["action_index"]
+        if self.num_deferred > 0:
+            self.num_deferred -= 1
+            deferred = {"version": 1, "chunk_start": start, "deferred": True}
+            return {"actions": np.zeros((0, 2), np.float32), ARMORY_KEY: deferred}
         reply: dict[str, Any] = {"actions": chunk(start, self.horizon)}
         if self.armory:
             next_index = None if self.next_after is None else start + self.next_after
@@ -242,6 +248,28 @@ def test_every_tick_slow_server_sends_newest_on_reply() -> None:
         (r["action_index"], r["chunk_start"], r["actions_left"]) for r in client.requests
     ]
     assert queue_states[:3] == [(0, None, 0), (1, 0, 9), (3, 1, 8)]
+
+
+def test_every_tick_deferred_reply_is_replaced_by_a_fresh_observation_at_once() -> None:
+    """Each request asks to be deferred after two ticks; a deferred reply (0.3 periods
+    after sending) is followed at once, not at the next tick, by a fresh observation."""
+    clock = FakeClock()
+    robot = FakeRobot(clock)
+    client = FakeClient(clock, delay_s=0.3 * PERIOD_S)
+    client.num_deferred = 2
+    _, summary = run_runtime(clock, robot, client, make_config())
+    assert [r["defer_after_s"] for r in client.requests] == pytest.approx(
+        [2 * PERIOD_S] * len(client.requests)
+    )
+    assert summary.num_deferred_replies == 2
+    # Requests at 0, 0.3 and 0.6 periods, each with an observation taken then, all at
+    # action index 0; the third is answered with a chunk.
+    periods = np.asarray(client.request_times_s[:4]) / PERIOD_S
+    assert periods == pytest.approx([0, 0.3, 0.6, 1.0])
+    assert np.asarray(robot.observation_times_s[:3]) / PERIOD_S == pytest.approx([0, 0.3, 0.6])
+    assert [r["action_index"] for r in client.requests[:3]] == [0, 0, 0]
+    assert summary.num_starved_ticks == 0
+    assert_actions_match_indices(robot)
 
 
 def test_threshold_sends_once_per_chunk_and_never_starves() -> None:

@@ -127,6 +127,14 @@ def test_round_trip_estimate_is_an_ema() -> None:
         RoundTripEstimate(smoothing=0.0)
 
 
+@pytest.mark.parametrize("ticks", [0.0, -1.0, float("nan"), float("inf")])
+def test_defer_after_ticks_must_be_positive_and_finite(ticks: float) -> None:
+    with pytest.raises(ValueError, match="defer_after_ticks"):
+        RuntimeConfig(
+            robot_id="r", control_hz=10.0, max_execution_horizon=5, defer_after_ticks=ticks
+        )
+
+
 def make_actions(start: int) -> np.ndarray:
     return np.arange(start, start + 5, dtype=np.float32)[:, None]
 

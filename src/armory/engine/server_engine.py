@@ -213,15 +213,13 @@ class ServerEngine:
             self._claim_name(session)
         prev_total_s = session.last_total_s
         future = self.loop.submit(session.engine_id, plan, obs, received_s=received_s)
-        if state is not None and state.defer_after_s is not None:
-            # Answer "deferred" so that it lands before the robot's next tick (a quarter of
-            # the wait kept as slack), and the next observation takes this one's place.
-            hold_s = max(
-                0.75 * state.defer_after_s - plan.limits.uplink_s - plan.limits.downlink_s,
-                0.25 * state.defer_after_s,
-            )
-            if await self._withdrawn(session.engine_id, future, received_s + hold_s):
-                return self._deferred_reply(state, received_s, prev_total_s)
+        # Every-tick: no batch took it within the robot's wait; answer "deferred" and a
+        # fresh observation takes its place.
+        defer_after_s = None if state is None else state.defer_after_s
+        if defer_after_s is not None and await self._withdrawn(
+            session.engine_id, future, received_s + defer_after_s
+        ):
+            return self._deferred_reply(state, received_s, prev_total_s)
         result = await future
         session.answered(result.chunk_start)
         next_index = None

@@ -88,6 +88,9 @@ class RuntimeConfig:
     """Threshold (and directed fallback): added to the measured round trip."""
     round_trip_smoothing: float = 0.25
     """Weight of the newest sample in the round-trip moving average."""
+    defer_after_ticks: float = 2.0
+    """Every-tick: the server answers "deferred" to an observation no batch took within
+    this many ticks, and a fresh observation replaces it at once."""
     # Actions
     merge_rule: str = "replace"
     """How a landing chunk joins the queued actions, by name (`merge.MERGE_RULES`)."""
@@ -113,6 +116,8 @@ class RuntimeConfig:
         self.robot_state(action_index=0, actions_left=0, chunk_start=None)
         make_request_mode(self.request_mode, margin_s=self.threshold_margin_s)
         RoundTripEstimate(smoothing=self.round_trip_smoothing)
+        if not (math.isfinite(self.defer_after_ticks) and self.defer_after_ticks > 0):
+            raise ValueError(f"defer_after_ticks must be > 0, got {self.defer_after_ticks}")
         if self.duration_s is not None and not (
             math.isfinite(self.duration_s) and self.duration_s > 0
         ):
@@ -190,10 +195,10 @@ class RobotRuntime:
         """Checks every action before `Robot.send_action` (`on_safety_stop` is told once
         per stop, e.g. to cut motor torque)."""
         self.mode = make_request_mode(config.request_mode, margin_s=config.threshold_margin_s)
-        # Every-tick: an observation no batch took within a tick is answered "deferred",
-        # so the next one (a tick fresher) can be sent in its place.
+        # Every-tick: an observation no batch took within `defer_after_ticks` is answered
+        # "deferred", and a fresh one is sent in its place.
         every_tick = config.request_mode == "every-tick"
-        self._defer_after_s = 1.0 / config.control_hz if every_tick else None
+        self._defer_after_s = config.defer_after_ticks / config.control_hz if every_tick else None
         self.round_trip = RoundTripEstimate(smoothing=config.round_trip_smoothing)
         self.stats = RuntimeStats(history_len=config.history_len)
         self.episode_id = 0
@@ -421,6 +426,10 @@ class RobotRuntime:
             return
         self._request = None
         self.stats.on_finish(record)
+        if record.outcome == "deferred" and self._pending is None and not self._stopping:
+            # No batch took the observation in time: a fresh one takes its place now
+            # rather than at the next tick, so the server is not left without one.
+            self._pending = (self.queue.action_index, self._robot.get_observation())
         self._send_pending()
 
     async def _exchange(
