@@ -13,12 +13,13 @@ import pytest
 from armory_client import RobotState, attach
 from server_harness import GatedPolicy, expected_actions, make_mock, make_obs
 
+from armory.engine.batch_loop import BatchLoop
 from armory.engine.config import PlainClientDefaults, ServerConfig
 from armory.engine.errors import PolicyError, QueueStateError, SessionClosed
 from armory.engine.latency_profile import LatencyProfile
 from armory.engine.queue_mirror import NO_CHUNK, QueueMirror, QueueReport, RobotLimits
 from armory.engine.server_engine import Reply, ServerEngine
-from armory.engine.session import Session, directed_send_index
+from armory.engine.session import RequestPlan, Session, directed_send_index
 from armory.policies.base import Policy, PolicyMetadata
 from armory.scheduling.base import Scheduler
 from armory.scheduling.registry import make_scheduler
@@ -217,6 +218,49 @@ class _WaitForTwo(Scheduler):
         if len(ids) < 2 and snapshot.now_s < self.hold_until_s:
             return Batch((), wait_until_s=self.hold_until_s)
         return Batch(ids[: snapshot.max_batch_size])
+
+
+class _RecordingExecutor:
+    """Stands in for the executor: records each batch handed to it, computes nothing."""
+
+    def __init__(self) -> None:
+        self.batches: list[int] = []
+        self.jobs: list[asyncio.Future[Any]] = []
+
+    def submit(self, observations: Sequence[Mapping[str, Any]]) -> asyncio.Future[Any]:
+        self.batches.append(len(observations))
+        self.jobs.append(asyncio.get_running_loop().create_future())
+        return self.jobs[-1]
+
+    def shutdown(self) -> None:
+        pass
+
+
+def test_dispatch_hands_the_batch_to_the_worker_before_the_loop_turns() -> None:
+    """The worker gets a batch in the same step as the decision that chose it, not when a
+    task created for it first runs (the loop may have frames to read in between)."""
+
+    async def scenario() -> list[int]:
+        executor = _RecordingExecutor()
+        loop = BatchLoop(
+            executor,  # type: ignore[arg-type]
+            make_scheduler("max-batch"),
+            LatencyProfile({1: 0.05}),
+            max_batch_size=4,
+        )
+        plan = RequestPlan(
+            limits=RobotLimits(control_hz=20.0, min_execution_horizon=1, max_execution_horizon=10),
+            report=QueueReport(action_index=0, actions_left=0),
+            reset=False,
+        )
+        loop.submit(7, plan, make_obs(0), received_s=time.monotonic())
+        loop._decide()  # no await between the decision and the check
+        handed = list(executor.batches)
+        assert loop._running is not None
+        loop._running.cancel()
+        return handed
+
+    assert run(scenario) == [1]
 
 
 def test_wait_until_is_honoured() -> None:

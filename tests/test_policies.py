@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from server_harness import make_obs
@@ -15,6 +17,7 @@ from armory.policies.mock import (
     MockPolicyConfig,
     inpaint_prefix,
     mock_actions,
+    sleep_precisely,
 )
 from armory.policies.python import PythonPolicyConfig
 
@@ -183,6 +186,17 @@ def test_mock_sleeps_for_the_profile_latency_of_the_batch_size() -> None:
     assert len(chunks) == 3 and policy.batch_sizes == [3]
     assert 1.2 < slept[0] <= 1.25
     assert policy.metadata.latency_points == {1: 0.75, 2: 1.0}
+
+
+def test_mock_waits_at_least_its_latency_without_oversleeping_much() -> None:
+    """The default wait sleeps short of the end and yields until it: never early."""
+    waits = []
+    for seconds in (0.0, 0.0002, 0.01):
+        started = time.perf_counter()
+        sleep_precisely(seconds)
+        waits.append(time.perf_counter() - started - seconds)
+    assert min(waits) >= 0.0
+    assert max(waits) < 0.5  # generous: a loaded machine may deschedule the thread
 
 
 def test_mock_rejects_unknown_latency_profile() -> None:

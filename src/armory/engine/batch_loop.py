@@ -34,7 +34,7 @@ from armory.engine.errors import (
     ServerClosing,
     SessionClosed,
 )
-from armory.engine.executor import Executor
+from armory.engine.executor import BatchOutcome, Executor
 from armory.engine.latency_profile import LatencyProfile
 from armory.engine.queue_mirror import QueueMirror
 from armory.engine.session import BATCH_SIZE_SMOOTHING, RequestPlan
@@ -312,15 +312,30 @@ class BatchLoop:
             )
             self._inflight[robot_id] = request
             requests.append(request)
+        # The worker starts now, not when the task below first runs: the loop may have
+        # frames to read before then, and the GPU would wait for them.
+        dispatched_s = self.clock()
+        try:
+            job = self.executor.submit([r.observation for r in requests])
+        except Exception:
+            for request in requests:
+                self._inflight.pop(request.robot_id, None)
+                _fail(request.future, RequestError("the server failed to compute this chunk"))
+            raise
         self._running = asyncio.get_running_loop().create_task(
-            self._run_batch(batch, requests, self.clock(), decision_s)
+            self._run_batch(batch, requests, job, dispatched_s, decision_s)
         )
 
     async def _run_batch(
-        self, batch: Batch, requests: list[_Request], dispatched_s: float, decision_s: float
+        self,
+        batch: Batch,
+        requests: list[_Request],
+        job: asyncio.Future[BatchOutcome],
+        dispatched_s: float,
+        decision_s: float,
     ) -> None:
         try:
-            outcome = await self.executor.run([r.observation for r in requests])
+            outcome = await job
             forward_s = max(self.clock() - dispatched_s, 1e-9)
             size = len(requests)
             if outcome.ok:

@@ -50,10 +50,15 @@ class Executor:
         self._shape = (meta.action_horizon, meta.action_dim)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="armory-infer")
 
+    def submit(self, observations: Sequence[Mapping[str, Any]]) -> asyncio.Future[BatchOutcome]:
+        """Hand one batch to the worker thread now (from the event loop); the future
+        resolves on the loop when it is computed."""
+        loop = asyncio.get_running_loop()
+        return loop.run_in_executor(self._pool, self._run_sync, list(observations))
+
     async def run(self, observations: Sequence[Mapping[str, Any]]) -> BatchOutcome:
         """Compute one batch in the worker thread; the event loop stays free meanwhile."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, self._run_sync, list(observations))
+        return await self.submit(observations)
 
     def shutdown(self) -> None:
         """Called once when the server stops; waits for a running batch to finish."""

@@ -108,11 +108,25 @@ class MockPolicyConfig:
         return MockPolicy(self)
 
 
+_SPIN_S = 0.0005
+"""The last part of a wait, spent yielding instead of sleeping (a sleep ends late)."""
+
+
+def sleep_precisely(seconds: float) -> None:
+    """Wait ``seconds``: ``time.sleep`` ends 0.1-0.2 ms late, so it sleeps short of the
+    end and yields the interpreter lock until it (a GPU-like wait for the mock)."""
+    done_s = time.perf_counter() + seconds
+    if seconds > _SPIN_S:
+        time.sleep(seconds - _SPIN_S)
+    while time.perf_counter() < done_s:
+        time.sleep(0)
+
+
 class MockPolicy(Policy):
-    """Sleeps for the profile's latency; returns :func:`mock_actions` of each observation."""
+    """Waits for the profile's latency; returns :func:`mock_actions` of each observation."""
 
     def __init__(
-        self, config: MockPolicyConfig, *, sleep: Callable[[float], None] = time.sleep
+        self, config: MockPolicyConfig, *, sleep: Callable[[float], None] = sleep_precisely
     ) -> None:
         self.config = config
         self._points = points_for(config.latency_profile, config.linear)
