@@ -8,6 +8,12 @@ over loopback in a child process, with the file's link delays injected on the
 client side. Both report starvation and throughput from the robots' own counts.
 Goal: within 2 percentage points of starvation and 5% of throughput.
 
+A fleet at the edge of its GPU's capacity can turn on a tenth of a millisecond of
+forward pass; the last column therefore also simulates the fleet with the
+latencies the real server learned (forward pass as the server measured it:
+dispatch to results back on its event loop) and gives the real run's distance to
+that, in percentage points of starvation.
+
 ``--modes`` runs each fleet file once per request mode (the file's own by default).
 
     python benchmarks/sim_vs_real.py [--duration 20] [--seeds 3] [--fleets FILE ...]
@@ -72,6 +78,9 @@ def main() -> None:
         sim_starved, sim_thr = simulated(fleet, args.duration, args.seeds)
         with mock_server(fleet) as server:
             real = run_fleet_process(fleet, server.port, args.duration, "--no-bound")
+            learned = server.stats().latency_points_s
+        learned_fleet = dataclasses.replace(fleet, latency_points=dict(learned))
+        learned_starved, _ = simulated(learned_fleet, args.duration, args.seeds)
         real_starved = real["system"]["starvation"]
         real_thr = real["system"]["throughput_actions_per_s"]
         gap_pp = 100 * (real_starved - sim_starved)
@@ -89,6 +98,8 @@ def main() -> None:
                 f"{ratio:.3f}",
                 f"{real['timing'].get('mean_round_trip_ms', float('nan')):.0f}",
                 "yes" if agree else "NO",
+                f"{1e3 * learned.get(1, float('nan')):.2f}",
+                f"{100 * (real_starved - learned_starved):+.1f}",
             ),
         )
         print(f"{fleet.name} ({fleet.request_mode}): done", flush=True)
@@ -103,6 +114,8 @@ def main() -> None:
         "real / sim",
         "real RTT ms",
         "agree",
+        "learned b=1 ms",
+        "pp vs sim @ learned",
     )
     print(
         f"\nSimulator ({args.seeds} seeds, mean) against the fleet runner on loopback, "
