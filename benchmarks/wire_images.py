@@ -143,8 +143,14 @@ def main() -> None:
                     measure(server.port, link, quality, resize, args.requests)
                 )
                 rows.append(
-                    [name, link.name, f"{size / 1e3:.0f}", f"{prep:.1f}", f"{rtt:.1f}",
-                     f"{prep + rtt:.1f}"]
+                    [
+                        name,
+                        link.name,
+                        f"{size / 1e3:.0f}",
+                        f"{prep:.1f}",
+                        f"{rtt:.1f}",
+                        f"{prep + rtt:.1f}",
+                    ]
                 )
         finally:
             server.stop()

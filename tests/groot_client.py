@@ -39,8 +39,13 @@ class GrootClient:
     """One robot: a REQ socket to ``tcp://host:port``."""
 
     def __init__(
-        self, port: int, *, host: str = "127.0.0.1", api_token: str | None = None,
-        encoding: str = "n1.6", timeout_ms: int = 10_000,
+        self,
+        port: int,
+        *,
+        host: str = "127.0.0.1",
+        api_token: str | None = None,
+        encoding: str = "n1.6",
+        timeout_ms: int = 10_000,
     ) -> None:
         self.encoding = encoding
         self.api_token = api_token

@@ -200,8 +200,20 @@ def test_armory_serve_opens_the_groot_door_and_a_remote_kill_stops_it() -> None:
 
     from armory_client import PolicyClient
 
-    argv = [sys.executable, "-m", "armory.cli", "serve", "--port", "0", "--groot.port", "0",
-            "--groot.allow-kill", "policy:mock", "--policy.latency-profile", "linear"]
+    argv = [
+        sys.executable,
+        "-m",
+        "armory.cli",
+        "serve",
+        "--port",
+        "0",
+        "--groot.port",
+        "0",
+        "--groot.allow-kill",
+        "policy:mock",
+        "--policy.latency-profile",
+        "linear",
+    ]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None

@@ -36,9 +36,20 @@ def test_unmodified_lerobot_robot_client_runs_against_armory(tmp_path: Path) -> 
         port = server.doors[0].port  # type: ignore[attr-defined]
         try:
             out = subprocess.run(
-                [str(LEROBOT_PYTHON), str(SCRIPT), "--server", f"127.0.0.1:{port}",
-                 "--seconds", "4", "--calibration-dir", str(tmp_path / "calibration")],
-                capture_output=True, text=True, timeout=180, cwd=tmp_path,
+                [
+                    str(LEROBOT_PYTHON),
+                    str(SCRIPT),
+                    "--server",
+                    f"127.0.0.1:{port}",
+                    "--seconds",
+                    "4",
+                    "--calibration-dir",
+                    str(tmp_path / "calibration"),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=180,
+                cwd=tmp_path,
             )
         except subprocess.TimeoutExpired as exc:  # run() killed the child
             pytest.fail(f"RobotClient did not finish: {exc}")

@@ -98,9 +98,7 @@ class DelayProxy:
         assert task is not None
         self._tasks.add(task)  # type: ignore[arg-type]
         try:
-            up_reader, up_writer = await asyncio.open_connection(
-                self.target_host, self.target_port
-            )
+            up_reader, up_writer = await asyncio.open_connection(self.target_host, self.target_port)
         except OSError:
             writer.close()
             self._tasks.discard(task)  # type: ignore[arg-type]

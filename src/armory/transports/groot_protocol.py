@@ -83,9 +83,7 @@ def get_action_parts(data: Any, encoding: str) -> tuple[Mapping[str, Any], Encod
     observation. ``encoding`` "auto" tells them apart by the ``observation`` key.
     """
     if not isinstance(data, Mapping):
-        raise GrootProtocolError(
-            f"get_action needs a map as 'data', got {type(data).__name__}"
-        )
+        raise GrootProtocolError(f"get_action needs a map as 'data', got {type(data).__name__}")
     nested = "observation" in data
     if encoding == "n1.6" or (encoding == "auto" and nested):
         obs = data.get("observation")

@@ -208,9 +208,7 @@ class GrootZmqTransport(Transport):
             return encode_reply({"status": "ok", "message": "reset"})
         if endpoint == "get_action":
             return await self._get_action(robot, request.data, received_s)
-        raise GrootProtocolError(
-            f"Unknown endpoint: {endpoint!r}; valid: {', '.join(ENDPOINTS)}"
-        )
+        raise GrootProtocolError(f"Unknown endpoint: {endpoint!r}; valid: {', '.join(ENDPOINTS)}")
 
     def _encoding(self, robot: _Robot) -> Encoding:
         configured = self.config.encoding
