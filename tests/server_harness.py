@@ -9,6 +9,8 @@ each request it sent.
 from __future__ import annotations
 
 import queue
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -25,6 +27,27 @@ from armory.serve import ArmoryServer, ServerThread
 
 FAST_LINEAR = LinearProfileConfig(intercept_s=0.015, slope_s=0.003)
 """A GPU-like line short enough for tests: 18 ms for one robot, 27 ms for four."""
+
+
+@contextmanager
+def armory_serve(
+    *args: str, announce_lines: int
+) -> Iterator[tuple[subprocess.Popen[str], list[str]]]:
+    """`armory serve ARGS` as a child process: yields it and its first announce lines
+    (the policy, then one line per door); killed on exit if it is still running."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "armory.cli", "serve", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        yield proc, [proc.stdout.readline() for _ in range(announce_lines)]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def make_mock(**overrides: Any) -> MockPolicy:

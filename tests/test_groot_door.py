@@ -11,7 +11,7 @@ import msgpack
 import numpy as np
 import pytest
 from groot_client import GrootClient, groot_observation
-from server_harness import expected_actions, make_mock, make_obs
+from server_harness import armory_serve, expected_actions, make_mock, make_obs
 
 from armory.engine.config import ServerConfig
 from armory.serve import ArmoryServer, ServerThread
@@ -195,29 +195,11 @@ def test_config_is_checked() -> None:
 def test_armory_serve_opens_the_groot_door_and_a_remote_kill_stops_it() -> None:
     """`armory serve --port 0 --groot.port 0 --groot.allow-kill`: both doors announced,
     both serve, and GR00T's kill ends the process with status 0."""
-    import subprocess
-    import sys
-
     from armory_client import PolicyClient
 
-    argv = [
-        sys.executable,
-        "-m",
-        "armory.cli",
-        "serve",
-        "--port",
-        "0",
-        "--groot.port",
-        "0",
-        "--groot.allow-kill",
-        "policy:mock",
-        "--policy.latency-profile",
-        "linear",
-    ]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        lines = [proc.stdout.readline() for _ in range(3)]
+    args = ["--port", "0", "--groot.port", "0", "--groot.allow-kill"]
+    args += ["policy:mock", "--policy.latency-profile", "linear"]
+    with armory_serve(*args, announce_lines=3) as (proc, lines):
         assert "serving policy mock" in lines[0], lines
         openpi_uri = lines[1].split(" on ", 1)[1].split(" ", 1)[0]
         assert lines[2].startswith("armory: GR00T ZeroMQ on tcp://127.0.0.1:"), lines
@@ -229,7 +211,3 @@ def test_armory_serve_opens_the_groot_door_and_a_remote_kill_stops_it() -> None:
             assert actions["joints"].shape == (1, 10, 7)
             assert client.call("kill")["status"] == "ok"
         assert proc.wait(10) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()

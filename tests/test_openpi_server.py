@@ -32,7 +32,14 @@ from armory_client import (
     packb,
     prepare_images,
 )
-from server_harness import GatedPolicy, expected_actions, make_mock, make_obs, running_server
+from server_harness import (
+    GatedPolicy,
+    armory_serve,
+    expected_actions,
+    make_mock,
+    make_obs,
+    running_server,
+)
 from websockets.exceptions import ConnectionClosed
 
 from armory.cli import main
@@ -465,28 +472,11 @@ def test_newer_connection_of_a_robot_closes_the_older_with_1008() -> None:
 
 def test_armory_serve_command_serves_until_interrupted(tmp_path: Path) -> None:
     """`armory serve ... policy:mock ...` serves a request, then exits 0 on SIGINT."""
-    argv = [
-        sys.executable,
-        "-m",
-        "armory.cli",
-        "serve",
-        "--port",
-        "0",
-        "--server.max-batch-size",
-        "4",
-        "--server.scheduler",
-        "max-batch",
-        "policy:mock",
-        "--policy.latency-profile",
-        "linear",
-        "--policy.linear.intercept-s",
-        "0.01",
-    ]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = proc.stdout.readline() if proc.stdout else ""
+    args = ["--port", "0", "--server.max-batch-size", "4", "--server.scheduler", "max-batch"]
+    args += ["policy:mock", "--policy.latency-profile", "linear"]
+    args += ["--policy.linear.intercept-s", "0.01"]
+    with armory_serve(*args, announce_lines=2) as (proc, (line, door)):
         assert "armory: serving policy mock" in line, line
-        door = proc.stdout.readline() if proc.stdout else ""
         assert door.startswith("armory: openpi WebSocket on ws://127.0.0.1:"), door
         uri = door.split(" on ", 1)[1].split(" ", 1)[0]
         with PolicyClient(uri) as client:
@@ -494,10 +484,6 @@ def test_armory_serve_command_serves_until_interrupted(tmp_path: Path) -> None:
         assert reply["actions"].shape == (10, 7)
         proc.send_signal(signal.SIGINT)
         assert proc.wait(10) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def test_port_in_use_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
