@@ -318,9 +318,7 @@ class BatchLoop:
         try:
             job = self.executor.submit([r.observation for r in requests])
         except Exception:
-            for request in requests:
-                self._inflight.pop(request.robot_id, None)
-                _fail(request.future, RequestError("the server failed to compute this chunk"))
+            self._fail_batch(requests)
             raise
         self._running = asyncio.get_running_loop().create_task(
             self._run_batch(batch, requests, job, dispatched_s, decision_s)
@@ -366,15 +364,19 @@ class BatchLoop:
                         )
                     )
         except BaseException as exc:
-            for request in requests:
-                self._inflight.pop(request.robot_id, None)
-                _fail(request.future, RequestError("the server failed to compute this chunk"))
+            self._fail_batch(requests)
             if not isinstance(exc, Exception):
                 raise
             logger.exception("a batch failed")
         finally:
             self._running = None
             self._wake.set()
+
+    def _fail_batch(self, requests: list[_Request]) -> None:
+        """A batch that could not be computed: each of its robots gets an error."""
+        for request in requests:
+            self._inflight.pop(request.robot_id, None)
+            _fail(request.future, RequestError("the server failed to compute this chunk"))
 
 
 def _fail(future: asyncio.Future[Any], error: BaseException) -> None:

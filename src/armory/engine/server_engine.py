@@ -287,10 +287,6 @@ class ServerEngine:
 
     def stats(self) -> EngineStats:
         loop: LoopStats = self.loop.stats()
-        overheads_ms = np.asarray(self._overheads_s) * 1e3
-        has = overheads_ms.size > 0
-        steps_ms = np.asarray(self._steps_s) * 1e3
-        has_steps = steps_ms.size > 0
         return EngineStats(
             num_sessions=len(self._sessions),
             num_requests=self._num_requests,
@@ -303,10 +299,10 @@ class ServerEngine:
             num_dropped_chunks=loop.num_dropped_chunks,
             busy_s=loop.busy_s,
             decision_ms_mean=1e3 * loop.decision_s / max(loop.num_decisions, 1),
-            overhead_ms_p50=float(np.percentile(overheads_ms, 50)) if has else None,
-            overhead_ms_p99=float(np.percentile(overheads_ms, 99)) if has else None,
-            steps_ms_p50=float(np.percentile(steps_ms, 50)) if has_steps else None,
-            steps_ms_p99=float(np.percentile(steps_ms, 99)) if has_steps else None,
+            overhead_ms_p50=_percentile_ms(self._overheads_s, 50),
+            overhead_ms_p99=_percentile_ms(self._overheads_s, 99),
+            steps_ms_p50=_percentile_ms(self._steps_s, 50),
+            steps_ms_p99=_percentile_ms(self._steps_s, 99),
             latency_points_s=self.loop.profile.points(),
         )
 
@@ -331,6 +327,11 @@ class ServerEngine:
             self.config.max_batch_size,
             self.config.directed_margin_s,
         )
+
+
+def _percentile_ms(samples_s: deque[float], q: float) -> float | None:
+    """The q-th percentile of ``samples_s`` in milliseconds; None before any sample."""
+    return float(np.percentile(samples_s, q)) * 1e3 if samples_s else None
 
 
 def _add_context(

@@ -410,10 +410,15 @@ def resolve_mapping(
         )
     images = _resolve_images(mapping, features, inputs)
     prompt = mapping.prompt_input
+    texts = [key for key, spec in inputs.items() if spec.is_text]
     if prompt is None:
-        prompt = _only_text_input(inputs)
-    elif prompt not in inputs or not inputs[prompt].is_text:
-        texts = [key for key, spec in inputs.items() if spec.is_text]
+        if len(texts) > 1:
+            raise ValueError(
+                f"the policy has {len(texts)} text inputs ({', '.join(texts)}): name the one "
+                "for the robot's task in the mapping's prompt_input"
+            )
+        prompt = texts[0] if texts else None
+    elif prompt not in texts:
         raise ValueError(
             f"prompt_input {prompt!r} is not a text input of the policy; its text inputs: "
             f"{', '.join(texts) or 'none'}"
@@ -439,16 +444,6 @@ def map_observation(raw: Mapping[str, Any], mapping: ResolvedMapping) -> dict[st
     if mapping.prompt_input is not None and isinstance(task, str) and task:
         obs[mapping.prompt_input] = task
     return obs
-
-
-def _only_text_input(inputs: Mapping[str, InputSpec]) -> str | None:
-    texts = [key for key, spec in inputs.items() if spec.is_text]
-    if len(texts) > 1:
-        raise ValueError(
-            f"the policy has {len(texts)} text inputs ({', '.join(texts)}): name the one "
-            "for the robot's task in the mapping's prompt_input"
-        )
-    return texts[0] if texts else None
 
 
 def _only_vector_input(inputs: Mapping[str, InputSpec]) -> str:
