@@ -225,15 +225,10 @@ class _RecordingExecutor:
 
     def __init__(self) -> None:
         self.batches: list[int] = []
-        self.jobs: list[asyncio.Future[Any]] = []
 
     def submit(self, observations: Sequence[Mapping[str, Any]]) -> asyncio.Future[Any]:
         self.batches.append(len(observations))
-        self.jobs.append(asyncio.get_running_loop().create_future())
-        return self.jobs[-1]
-
-    def shutdown(self) -> None:
-        pass
+        return asyncio.get_running_loop().create_future()
 
 
 def test_dispatch_hands_the_batch_to_the_worker_before_the_loop_turns() -> None:
