@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+from armory_client import RobotState
 
 from armory.engine.config import ServerConfig
 from armory.engine.latency_profile import LinearProfileConfig
@@ -131,3 +132,43 @@ class GatedPolicy(Policy):
     def allow(self, num_batches: int = 1) -> None:
         for _ in range(num_batches):
             self._permits.release()
+
+
+class RecordingRobot:
+    """A robot for runtimes: deterministic observations per (seed, step), cycling through
+    ``cycle`` steps (None: never repeating); keeps a copy of every action it is sent."""
+
+    def __init__(self, seed: int, *, cycle: int | None = 8) -> None:
+        self.seed = seed
+        self.cycle = cycle
+        self.step = 0
+        self.actions: list[np.ndarray] = []
+
+    def get_observation(self) -> dict[str, Any]:
+        self.step += 1
+        return make_obs(self.seed, self.step if self.cycle is None else self.step % self.cycle)
+
+    def send_action(self, action: np.ndarray) -> None:
+        self.actions.append(np.array(action))
+
+
+def every_tick_state(
+    name: str,
+    index: int,
+    *,
+    chunk_start: int | None = None,
+    defer_after_s: float | None = None,
+    pipelined: bool = False,
+) -> RobotState:
+    """An every-tick robot's queue state at 20 Hz, horizons 2..8, with an empty queue."""
+    return RobotState(
+        robot_id=name,
+        action_index=index,
+        actions_left=0,
+        chunk_start=chunk_start,
+        control_hz=20.0,
+        min_execution_horizon=2,
+        max_execution_horizon=8,
+        defer_after_s=defer_after_s,
+        pipelined=pipelined,
+    )

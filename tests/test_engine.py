@@ -108,6 +108,42 @@ def test_armory_link_delay_is_round_trip_less_server_time() -> None:
     assert session.reply_gap_s == pytest.approx(0.47)
 
 
+def test_a_round_trip_named_by_step_is_set_against_that_requests_server_time() -> None:
+    """Pipelined requests: the round trip of the request sent as step 0 is set against
+    the server's time on step 0, not on the latest reply (step 1, deferred, or step 2);
+    each measured request counts once."""
+    session = Session(peer="test")
+    defaults = PlainClientDefaults(link_s=0.002)
+    for step in range(3):
+        session.plan(
+            armory_state("a", observation_step=step),
+            received_s=0.0,
+            defaults=defaults,
+            action_horizon=10,
+        )
+    session.reply_sent(received_s=0.0, sent_s=0.100, observation_step=0)
+    session.reply_sent(received_s=0.05, sent_s=0.101, chunk=False, observation_step=1)
+    session.reply_sent(received_s=0.08, sent_s=0.300, observation_step=2)
+    state = armory_state(
+        "a", action_index=5, observation_step=3, round_trip_s=0.120, round_trip_step=0
+    )
+    plan = session.plan(state, received_s=0.4, defaults=defaults, action_horizon=10)
+    assert plan.limits.uplink_s == pytest.approx(0.010)  # (0.120 - 0.100) / 2
+    # The same measurement again (the next tick's request) does not count twice.
+    again = armory_state(
+        "a", action_index=6, observation_step=4, round_trip_s=0.120, round_trip_step=0
+    )
+    session.reply_sent(received_s=0.4, sent_s=0.5, observation_step=3)
+    plan = session.plan(again, received_s=0.45, defaults=defaults, action_horizon=10)
+    assert plan.limits.uplink_s == pytest.approx(0.010)
+    # Step 2's round trip: 0.260 - 0.220 = 0.040 s, averaged in with weight 0.25.
+    later = armory_state(
+        "a", action_index=7, observation_step=5, round_trip_s=0.260, round_trip_step=2
+    )
+    plan = session.plan(later, received_s=0.5, defaults=defaults, action_horizon=10)
+    assert plan.limits.uplink_s == pytest.approx((0.020 + 0.25 * (0.040 - 0.020)) / 2)
+
+
 @pytest.mark.parametrize(
     ("first", "second", "message"),
     [

@@ -1,28 +1,22 @@
 """Every-tick over openpi's one-request-per-connection loop: an observation no batch took
 within its ``defer_after_s`` is answered "deferred" (no chunk), so the robot's next,
-fresher observation can take its place."""
+fresher observation can take its place. (Runtimes in both every-tick ways:
+test_pipelining.py.)"""
 
 from __future__ import annotations
 
 import asyncio
 
 import numpy as np
-from armory_client import ARMORY_KEY, AsyncPolicyClient, PolicyClient, RobotState, attach
-from armory_client.runtime import RobotRuntime, RuntimeConfig
-from server_harness import GatedPolicy, expected_actions, make_mock, make_obs, running_server
-
-
-def every_tick_state(name: str, index: int, *, defer_after_s: float | None) -> RobotState:
-    return RobotState(
-        robot_id=name,
-        action_index=index,
-        actions_left=0,
-        chunk_start=None,
-        control_hz=20.0,
-        min_execution_horizon=2,
-        max_execution_horizon=8,
-        defer_after_s=defer_after_s,
-    )
+from armory_client import ARMORY_KEY, PolicyClient, attach
+from server_harness import (
+    GatedPolicy,
+    every_tick_state,
+    expected_actions,
+    make_mock,
+    make_obs,
+    running_server,
+)
 
 
 def test_an_observation_waiting_past_defer_after_is_answered_deferred() -> None:
@@ -60,50 +54,3 @@ def test_an_observation_waiting_past_defer_after_is_answered_deferred() -> None:
     np.testing.assert_array_equal(second["actions"], expected_actions(policy, make_obs(1, 1)))
     np.testing.assert_array_equal(reply_a["actions"], expected_actions(policy, make_obs(0)))
     assert stats.num_deferred == 1 and stats.num_errors == 0
-
-
-def test_every_tick_runtimes_under_load_get_deferrals_and_keep_playing() -> None:
-    """Six every-tick runtimes against a one-robot batch: the server defers what it cannot
-    take within a tick, no request fails, and every robot keeps receiving chunks."""
-    with running_server(make_mock(), max_batch_size=1) as server:
-
-        async def fleet() -> list:
-            runtimes = [
-                RobotRuntime(
-                    _Robot(i),
-                    AsyncPolicyClient("127.0.0.1", server.port),
-                    RuntimeConfig(
-                        robot_id=f"robot-{i}",
-                        control_hz=30.0,
-                        max_execution_horizon=10,
-                        min_execution_horizon=2,
-                        request_mode="every-tick",
-                        duration_s=1.5,
-                    ),
-                )
-                for i in range(6)
-            ]
-            return await asyncio.gather(*(r.run() for r in runtimes))
-
-        summaries = asyncio.run(fleet())
-        stats = server.stats()
-    assert stats.num_errors == 0 and stats.num_deferred > 0
-    # A reply the server sent as a robot stopped is not counted by that robot (its
-    # request was cancelled): at most one per robot.
-    counted = sum(s.num_deferred_replies for s in summaries)
-    assert 0 < counted <= stats.num_deferred <= counted + len(summaries)
-    for summary in summaries:
-        assert summary.num_request_errors == 0
-        assert summary.num_chunks_applied >= 2, summary
-
-
-class _Robot:
-    def __init__(self, seed: int) -> None:
-        self.seed, self.step = seed, 0
-
-    def get_observation(self) -> dict:
-        self.step += 1
-        return make_obs(self.seed, self.step % 4)
-
-    def send_action(self, action: np.ndarray) -> None:
-        pass

@@ -10,25 +10,9 @@ import pytest
 from armory_client import AsyncPolicyClient
 from armory_client.runtime import RobotRuntime, RuntimeConfig
 from armory_client.runtime_stats import RuntimeSummary
-from server_harness import make_mock, make_obs, running_server
+from server_harness import RecordingRobot, make_mock, running_server
 
 RATES_HZ = [10.0, 20.0, 30.0, 15.0, 20.0, 30.0, 25.0, 40.0]
-
-
-class FakeRobot:
-    """Cycles through 8 deterministic observations; keeps the actions it is sent."""
-
-    def __init__(self, seed: int) -> None:
-        self.seed = seed
-        self.step = 0
-        self.actions: list[np.ndarray] = []
-
-    def get_observation(self) -> dict[str, Any]:
-        self.step += 1
-        return make_obs(self.seed, self.step % 8)
-
-    def send_action(self, action: np.ndarray) -> None:
-        self.actions.append(action)
 
 
 @pytest.mark.parametrize("mode", ["directed", "threshold"])
@@ -40,7 +24,7 @@ def test_runtime_fleet_within_capacity_does_not_starve(mode: str) -> None:
         async def fleet() -> list[RuntimeSummary]:
             runtimes = [
                 RobotRuntime(
-                    FakeRobot(i),
+                    RecordingRobot(i),
                     AsyncPolicyClient("127.0.0.1", server.port),
                     RuntimeConfig(
                         robot_id=f"robot-{i}",
@@ -65,7 +49,7 @@ def test_runtime_fleet_within_capacity_does_not_starve(mode: str) -> None:
     assert stats.mean_batch_size > 1.0
 
 
-class CameraRobot(FakeRobot):
+class CameraRobot(RecordingRobot):
     """Sends 480x640 camera frames, which the runtime resizes and JPEG-encodes."""
 
     def get_observation(self) -> dict[str, Any]:

@@ -8,14 +8,13 @@ policy's own step-to-step change, where the ``replace`` rule shows the seams.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import numpy as np
 import pytest
 from armory_client import AsyncPolicyClient
 from armory_client.runtime import RobotRuntime, RuntimeConfig
 from armory_client.runtime_stats import RuntimeSummary
-from server_harness import make_mock, make_obs, running_server
+from server_harness import RecordingRobot, make_mock, running_server
 
 from armory.fleet.delay_proxy import DelayProxy
 from armory.fleet_spec import DelaySpec
@@ -26,22 +25,6 @@ LINK = DelaySpec(median_s=0.02, jitter_s=0.01)
 RATES_HZ = [10.0, 15.0, 20.0, 20.0]
 
 
-class RecordingRobot:
-    """Deterministic observations; keeps every action it is sent, in order."""
-
-    def __init__(self, seed: int) -> None:
-        self.seed = seed
-        self.step = 0
-        self.actions: list[np.ndarray] = []
-
-    def get_observation(self) -> dict[str, Any]:
-        self.step += 1
-        return make_obs(self.seed, self.step)
-
-    def send_action(self, action: np.ndarray) -> None:
-        self.actions.append(np.array(action))
-
-
 def run_fleet(merge_rule: str, *, duration_s: float) -> list[tuple[RecordingRobot, RuntimeSummary]]:
     """Four runtimes (10-20 Hz, directed mode) through one delaying proxy each way."""
     with running_server(make_mock(), max_batch_size=4) as server:
@@ -50,7 +33,7 @@ def run_fleet(merge_rule: str, *, duration_s: float) -> list[tuple[RecordingRobo
             async with DelayProxy(
                 "127.0.0.1", server.port, uplink=LINK, downlink=LINK, seed=7
             ) as proxy:
-                robots = [RecordingRobot(i) for i in range(len(RATES_HZ))]
+                robots = [RecordingRobot(i, cycle=None) for i in range(len(RATES_HZ))]
                 runtimes = [
                     RobotRuntime(
                         robot,

@@ -38,14 +38,14 @@ def test_wire_round_trip() -> None:
 
 
 def test_wire_map_is_plain_and_versioned() -> None:
-    """The wire map holds only str/int/float/None values and the wire version."""
+    """The wire map holds only str/int/float/bool/None values and the wire version."""
     wire = make_state(action_index=np.int64(4), control_hz=np.float32(10), chunk_start=None)
     wire_map = wire.to_wire()
     assert wire_map["version"] == WIRE_VERSION
     assert wire_map["action_index"] == 4 and type(wire_map["action_index"]) is int
     assert type(wire_map["control_hz"]) is float
     assert wire_map["chunk_start"] is None
-    assert all(type(v) in (str, int, float, type(None)) for v in wire_map.values())
+    assert all(type(v) in (str, int, float, bool, type(None)) for v in wire_map.values())
 
 
 def test_defaults_and_minimal_wire_map() -> None:
@@ -90,6 +90,8 @@ def test_defaults_and_minimal_wire_map() -> None:
         ("round_trip_s", math.nan),
         ("weight", 0.0),
         ("weight", False),
+        ("pipelined", 1),
+        ("pipelined", "yes"),
     ],
 )
 def test_bad_field_is_named(field: str, value: Any) -> None:

@@ -272,6 +272,58 @@ def test_every_tick_deferred_reply_is_replaced_by_a_fresh_observation_at_once() 
     assert_actions_match_indices(robot)
 
 
+@pytest.mark.parametrize("limit", [8, 2])
+def test_every_tick_pipelines_when_the_server_allows_it(limit: int) -> None:
+    """A server whose metadata allows pipelining gets every tick's observation at once,
+    while earlier requests (2.5 periods each) are still in flight, up to its limit; the
+    rest of a tick's observations wait for a reply as one request at a time does."""
+    clock = FakeClock()
+    robot = FakeRobot(clock)
+    client = FakeClient(clock, delay_s=2.5 * PERIOD_S)
+    client.metadata = {"armory": {"pipelining": True, "max_pipelined_requests": limit}}
+    runtime, summary = run_runtime(clock, robot, client, make_config())
+    assert all(r["pipelined"] and r["defer_after_s"] is None for r in client.requests)
+    periods = np.asarray(client.request_times_s[:5]) / PERIOD_S
+    if limit == 8:
+        assert periods == pytest.approx([0, 1, 2, 3, 4])  # three in flight at a time
+        # Each request names the latest round trip measured and the request it was
+        # measured on (replies land at 2.5, 3.5, ...).
+        measured = [(r["round_trip_step"], r["round_trip_s"]) for r in client.requests[:5]]
+        assert measured[:3] == [(None, None)] * 3
+        assert measured[3:] == [
+            (0, pytest.approx(2.5 * PERIOD_S)),
+            (1, pytest.approx(2.5 * PERIOD_S)),
+        ]
+    else:
+        # Ticks 0 and 1 go out; tick 2's observation waits, and when the first chunk
+        # lands (2.5) it is too early in that chunk (min horizon 1) to go; tick 5's
+        # waits for the reply at 5.5.
+        assert periods == pytest.approx([0, 1, 3, 4, 5.5])
+    assert summary.num_starved_ticks == 0
+    assert not runtime.in_flight
+    assert_actions_match_indices(robot)
+
+
+def test_every_tick_sends_one_request_at_a_time_without_the_servers_leave() -> None:
+    """No ``pipelining`` in the metadata (or ``RuntimeConfig.pipelining=False``): one
+    request at a time, each asking to be deferred after two ticks."""
+    for metadata, pipelining in (({"armory": {"version": 1}}, True), (None, False)):
+        clock = FakeClock()
+        robot = FakeRobot(clock)
+        client = FakeClient(clock, delay_s=2.5 * PERIOD_S)
+        if metadata is not None:
+            client.metadata = metadata
+        else:
+            client.metadata = {"armory": {"pipelining": True, "max_pipelined_requests": 8}}
+        run_runtime(clock, robot, client, make_config(pipelining=pipelining))
+        # The first reply (2.5) lands too early in its chunk to send at once (min
+        # horizon 1): tick 3 sends; tick 4's observation waits for that reply (5.5).
+        periods = np.asarray(client.request_times_s[:3]) / PERIOD_S
+        assert periods == pytest.approx([0, 3, 5.5])
+        assert not any(r["pipelined"] for r in client.requests)
+        assert client.requests[0]["defer_after_s"] == pytest.approx(2 * PERIOD_S)
+
+
 def test_threshold_sends_once_per_chunk_and_never_starves() -> None:
     """threshold (margin 0) with a 2.5-period server sends when <= 2 actions remain."""
     clock = FakeClock()

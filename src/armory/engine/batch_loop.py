@@ -33,6 +33,7 @@ from armory.engine.errors import (
     RequestError,
     ServerClosing,
     SessionClosed,
+    Superseded,
 )
 from armory.engine.executor import BatchOutcome, Executor
 from armory.engine.latency_profile import LatencyProfile
@@ -183,15 +184,21 @@ class BatchLoop:
         observation: Mapping[str, Any],
         *,
         received_s: float,
+        hold_unservable: bool = False,
     ) -> asyncio.Future[ChunkResult]:
         """Hold ``observation`` as the robot's request; the future resolves with its chunk.
 
-        Raises QueueStateError when the request can never be served.
+        A request of the robot still waiting for a batch is replaced: its future fails
+        with Superseded. One may wait while the robot's previous chunk is computed.
+        Raises QueueStateError when the request can never be served, unless
+        ``hold_unservable`` (a pipelined robot): then it waits, not eligible, until a
+        newer observation replaces it.
         """
         if self._closing:
             raise ServerClosing("the server is shutting down")
-        if robot_id in self._waiting or robot_id in self._inflight:
-            raise QueueStateError("a request of this robot is already waiting for its chunk")
+        replaced = self._waiting.pop(robot_id, None)
+        if replaced is not None:
+            _fail(replaced.future, Superseded("a newer observation of the robot replaced it"))
         mirror = self.mirror
         if plan.reset and robot_id in mirror:
             mirror.remove(robot_id)
@@ -204,7 +211,7 @@ class BatchLoop:
             mirror.remove(robot_id)
             mirror.add(robot_id, plan.limits, received_s)
             mirror.observe(robot_id, plan.report, received_s)
-        if not mirror.is_eligible(robot_id):
+        if not mirror.is_eligible(robot_id) and not hold_unservable:
             last = mirror.last_chunk_start_of(robot_id)
             need = plan.limits.min_execution_horizon
             raise QueueStateError(
@@ -213,6 +220,8 @@ class BatchLoop:
                 f"({last}); min_execution_horizon is {need}: send it at index >= {last + need}"
             )
         future: asyncio.Future[ChunkResult] = asyncio.get_running_loop().create_future()
+        # A robot that left, or a request replaced, may never read its failure.
+        future.add_done_callback(_observe_failure)
         self._waiting[robot_id] = _Request(
             robot_id=robot_id,
             observation=observation,
@@ -237,9 +246,10 @@ class BatchLoop:
 
     def remove(self, robot_id: int) -> None:
         """Forget a robot whose connection closed; a chunk being computed for it is dropped."""
-        request = self._waiting.pop(robot_id, None) or self._inflight.pop(robot_id, None)
-        if request is not None:
-            _fail(request.future, SessionClosed("the robot's connection closed"))
+        for requests in (self._waiting, self._inflight):
+            request = requests.pop(robot_id, None)
+            if request is not None:
+                _fail(request.future, SessionClosed("the robot's connection closed"))
         if robot_id in self.mirror:
             self.mirror.remove(robot_id)
             self._wake.set()
@@ -382,3 +392,9 @@ class BatchLoop:
 def _fail(future: asyncio.Future[Any], error: BaseException) -> None:
     if not future.done():
         future.set_exception(error)
+
+
+def _observe_failure(future: asyncio.Future[Any]) -> None:
+    """Mark a request's failure as read (asyncio logs failures nobody reads)."""
+    if not future.cancelled():
+        future.exception()

@@ -70,6 +70,9 @@ class ServerConfig:
     # Limits
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     """Largest frame accepted from a robot; a larger one closes its connection (1009)."""
+    max_pipelined_requests: int = 32
+    """Most requests of one connection awaiting their replies at once (a pipelined
+    every-tick robot sends without waiting); one more is refused with an error."""
     # Timeouts
     close_timeout_s: float = 2.0
     """Seconds to wait for a robot's close handshake after an error."""
@@ -87,6 +90,10 @@ class ServerConfig:
         if self.max_message_bytes < 1024:
             raise ValueError(
                 f"--server.max-message-bytes must be >= 1024, got {self.max_message_bytes}"
+            )
+        if self.max_pipelined_requests < 1:
+            raise ValueError(
+                f"--server.max-pipelined-requests must be >= 1, got {self.max_pipelined_requests}"
             )
         if not self.close_timeout_s > 0:
             raise ValueError(f"--server.close-timeout-s must be > 0, got {self.close_timeout_s}")

@@ -43,3 +43,9 @@ class ServerClosing(RequestError):
 class SessionClosed(Exception):
     """The robot's connection closed (or was replaced) while its request waited: nothing to
     answer. Not a RequestError: there is nobody to send a message to."""
+
+
+class Superseded(Exception):
+    """A newer observation of the same robot replaced this one before any batch took it
+    (a pipelined every-tick robot): it is answered "deferred", without a chunk. Not a
+    RequestError: nothing went wrong."""

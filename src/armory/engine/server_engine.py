@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 from armory_client import ARMORY_KEY, RobotState
 
-from armory.engine.batch_loop import BatchLoop, Clock, LoopStats
+from armory.engine.batch_loop import BatchLoop, ChunkResult, Clock, LoopStats
 from armory.engine.config import ServerConfig
-from armory.engine.errors import QueueStateError, SessionClosed
+from armory.engine.errors import QueueStateError, SessionClosed, Superseded
 from armory.engine.executor import Executor
 from armory.engine.latency_profile import LatencyProfile
 from armory.engine.session import (
@@ -77,6 +77,22 @@ class Reply:
     steps_s: float = 0.0
     """Seconds of the request's own steps so far: intake (decode, validation, queue
     state) and the decision that dispatched its batch."""
+    observation_step: int | None = None
+    """The request's ``observation_step`` (Armory clients)."""
+
+
+@dataclass(frozen=True)
+class AcceptedRequest:
+    """A request the batch loop holds (:meth:`ServerEngine.accept`), awaiting its reply."""
+
+    session: Session
+    state: RobotState | None
+    """Its ``__armory__`` queue state; None from a plain openpi client."""
+    plan: RequestPlan
+    future: asyncio.Future[ChunkResult]
+    received_s: float
+    prev_total_s: float | None
+    """Server time (arrival to reply sent) of the connection's previous request."""
 
 
 @dataclass(frozen=True)
@@ -90,7 +106,11 @@ class EngineStats:
     num_errors: int
     """Requests answered with an error (each to its own robot)."""
     num_deferred: int
-    """Every-tick requests answered without a chunk so that a newer observation could come."""
+    """Every-tick requests answered without a chunk because no batch took them within
+    their ``defer_after_s``."""
+    num_superseded: int
+    """Pipelined every-tick requests answered without a chunk because a newer observation
+    of the robot replaced them before any batch took them."""
     num_batches: int
     batch_size_counts: dict[int, int]
     mean_batch_size: float
@@ -154,6 +174,7 @@ class ServerEngine:
         self._num_replies = 0
         self._num_errors = 0
         self._num_deferred = 0
+        self._num_superseded = 0
         self._overheads_s: deque[float] = deque(maxlen=_OVERHEAD_WINDOW)
         self._steps_s: deque[float] = deque(maxlen=_OVERHEAD_WINDOW)
 
@@ -197,6 +218,16 @@ class ServerEngine:
 
         Raises RequestError (to be sent to this robot) or SessionClosed.
         """
+        return await self.answer(self.accept(session, observation, received_s=received_s))
+
+    def accept(
+        self, session: Session, observation: Mapping[str, Any], *, received_s: float
+    ) -> AcceptedRequest:
+        """Take one observation in, at once: validate it, update the mirror and hand it to
+        the batch loop. :meth:`answer` then waits for its reply.
+
+        Raises RequestError (to be sent to this robot) or SessionClosed.
+        """
         if session.closed:
             raise SessionClosed("the session is closed")
         self._num_requests += 1
@@ -211,17 +242,41 @@ class ServerEngine:
         _add_context(obs, self.metadata.context_keys, session, plan)
         if state is not None:
             self._claim_name(session)
-        prev_total_s = session.last_total_s
-        future = self.loop.submit(session.engine_id, plan, obs, received_s=received_s)
-        # Every-tick: no batch took it within the robot's wait; answer "deferred" and a
-        # fresh observation takes its place.
+        future = self.loop.submit(
+            session.engine_id,
+            plan,
+            obs,
+            received_s=received_s,
+            hold_unservable=state is not None and state.pipelined,
+        )
+        return AcceptedRequest(
+            session=session,
+            state=state,
+            plan=plan,
+            future=future,
+            received_s=received_s,
+            prev_total_s=session.last_total_s,
+        )
+
+    async def answer(self, request: AcceptedRequest) -> Reply:
+        """The reply to an accepted request: its chunk, or "deferred" (every-tick) when no
+        batch took it within its ``defer_after_s`` or a newer observation replaced it.
+
+        Raises RequestError (to be sent to this robot) or SessionClosed.
+        """
+        state, plan, future = request.state, request.plan, request.future
+        robot_id = request.session.engine_id
         defer_after_s = None if state is None else state.defer_after_s
-        if defer_after_s is not None and await self._withdrawn(
-            session.engine_id, future, received_s + defer_after_s
-        ):
-            return self._deferred_reply(state, received_s, prev_total_s)
-        result = await future
-        session.answered(result.chunk_start)
+        try:
+            if defer_after_s is not None and await self._withdrawn(
+                robot_id, future, request.received_s + defer_after_s
+            ):
+                return self._deferred_reply(request)
+            result = await future
+        except Superseded:
+            self._num_superseded += 1
+            return self._deferred_reply(request)
+        request.session.answered(result.chunk_start)
         next_index = None
         if state is not None:
             next_index = directed_send_index(result.chunk_start, plan.limits, self._lead_s(plan))
@@ -231,13 +286,14 @@ class ServerEngine:
             next_request_index=next_index,
             is_armory=state is not None,
             batch_size=result.batch_size,
-            received_s=received_s,
+            received_s=request.received_s,
             wait_s=result.wait_s,
             forward_s=result.forward_s,
             policy_s=result.policy_s,
-            prev_total_s=prev_total_s,
+            prev_total_s=request.prev_total_s,
             noise_sha256=self.metadata.noise_sha256,
             steps_s=result.intake_s + result.decision_s,
+            observation_step=None if state is None else state.observation_step,
         )
 
     async def _withdrawn(
@@ -255,20 +311,19 @@ class ServerEngine:
             self._num_deferred += 1
         return withdrawn
 
-    def _deferred_reply(
-        self, state: RobotState, received_s: float, prev_total_s: float | None
-    ) -> Reply:
+    def _deferred_reply(self, request: AcceptedRequest) -> Reply:
+        assert request.state is not None, "only Armory clients are deferred"
         return Reply(
             actions=np.zeros((0, self.metadata.action_dim), np.float32),
-            chunk_start=state.action_index,
+            chunk_start=request.state.action_index,
             next_request_index=None,
             is_armory=True,
             batch_size=0,
-            received_s=received_s,
-            wait_s=self.clock() - received_s,
+            received_s=request.received_s,
+            wait_s=self.clock() - request.received_s,
             forward_s=0.0,
             policy_s=0.0,
-            prev_total_s=prev_total_s,
+            prev_total_s=request.prev_total_s,
             noise_sha256=self.metadata.noise_sha256,
             deferred=True,
         )
@@ -279,7 +334,12 @@ class ServerEngine:
         """Called by a transport once the reply is on its way (``encode_s``: the seconds it
         took to encode it, where the transport times that)."""
         self._num_replies += 1
-        session.reply_sent(reply.received_s, sent_s)
+        session.reply_sent(
+            reply.received_s,
+            sent_s,
+            chunk=not reply.deferred,
+            observation_step=reply.observation_step,
+        )
         total_s = sent_s - reply.received_s
         self._overheads_s.append(max(total_s - reply.wait_s - reply.forward_s, 0.0))
         if encode_s is not None and not reply.deferred:
@@ -293,6 +353,7 @@ class ServerEngine:
             num_replies=self._num_replies,
             num_errors=self._num_errors,
             num_deferred=self._num_deferred,
+            num_superseded=self._num_superseded,
             num_batches=loop.num_batches,
             batch_size_counts=loop.batch_size_counts,
             mean_batch_size=loop.mean_batch_size,

@@ -1,8 +1,9 @@
 """One connected robot: what it declared, how it is scheduled, and what the server assumes.
 
-A session lives as long as its connection. The robot has at most one request
-outstanding (openpi is strict request/response), so the observation the mirror
-holds for it is always that request.
+A session lives as long as its connection. A robot has one request outstanding at a
+time (openpi is strict request/response), except an Armory client in pipelined
+every-tick mode, whose newest observation replaces one still waiting; either way
+the observation the mirror holds for it is its newest request.
 
 Two kinds of robot:
 
@@ -16,10 +17,12 @@ Two kinds of robot:
   (``max_execution_horizon`` actions), and its rate, horizons and link delay come
   from :class:`~armory.engine.config.PlainClientDefaults`.
 
-Link delays: for an Armory client the server subtracts its own time on the
-previous request (arrival to reply sent) from the round trip the client
-measured, and splits the remainder evenly between uplink and downlink (a moving
-average). Before that, and always for plain clients, the configured default.
+Link delays: for an Armory client the server subtracts its own time on a request
+(arrival to reply sent) from the round trip the client measured on that same
+request (``round_trip_step`` names it; without it, the client's smoothed round
+trip against the previous request), and splits the remainder evenly between
+uplink and downlink (a moving average). Before that, and always for plain
+clients, the configured default.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ if TYPE_CHECKING:
 
 _LINK_SMOOTHING = 0.25
 """Weight of the newest round-trip sample in the link-delay moving average."""
+_CHUNK_TOTALS_KEPT = 64
+"""Recent chunk replies whose server time a session remembers for the link estimate."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +82,10 @@ class Session:
         self.link_rtt_s: float | None = None
         """Moving average of the network round trip (Armory clients)."""
         self.last_total_s: float | None = None
-        """Server time of the previous request: arrival to reply sent."""
+        """Server time of the previous request answered with a chunk: arrival to reply sent."""
+        self._chunk_totals: dict[int, float] = {}
+        """Server time (arrival to reply sent) of recent chunk replies, by the request's
+        ``observation_step``."""
         self.last_reply_sent_s: float | None = None
         self.reply_gap_s: float | None = None
         """Seconds from the previous reply to this request's arrival, as the server saw them."""
@@ -148,8 +156,11 @@ class Session:
                 f"action horizon {action_horizon}"
             )
         self.robot_name = state.robot_id
-        if state.round_trip_s is not None and self.last_total_s is not None:
-            sample_s = max(0.0, state.round_trip_s - self.last_total_s)
+        reset = self.episode_id is not None and state.episode_id != self.episode_id
+        if reset:
+            self._chunk_totals.clear()
+        sample_s = self._link_sample(state)
+        if sample_s is not None:
             if self.link_rtt_s is None:
                 self.link_rtt_s = sample_s
             else:
@@ -163,7 +174,6 @@ class Session:
             uplink_s=link_s,
             downlink_s=link_s,
         )
-        reset = self.episode_id is not None and state.episode_id != self.episode_id
         self.episode_id = state.episode_id
         report = QueueReport(
             action_index=state.action_index,
@@ -172,16 +182,45 @@ class Session:
         )
         return RequestPlan(limits=self.limits, report=report, reset=reset)
 
+    def _link_sample(self, state: RobotState) -> float | None:
+        """The network round trip the request's report reveals (its measured round trip
+        less the server's own time on that request), once per measured request."""
+        if state.round_trip_s is None:
+            return None
+        if state.round_trip_step is None:
+            # A smoothed round trip: set against the previous request.
+            if self.last_total_s is None:
+                return None
+            return max(0.0, state.round_trip_s - self.last_total_s)
+        total_s = self._chunk_totals.pop(state.round_trip_step, None)
+        if total_s is None:
+            return None  # taken already, or too old
+        return max(0.0, state.round_trip_s - total_s)
+
     # ---- after the reply -----------------------------------------------
 
     def answered(self, chunk_start: int) -> None:
         """Called when a chunk for this session's request is ready."""
         self.last_chunk_start = chunk_start
 
-    def reply_sent(self, received_s: float, sent_s: float) -> None:
-        """Called when the reply frame has been handed to the connection."""
+    def reply_sent(
+        self,
+        received_s: float,
+        sent_s: float,
+        *,
+        chunk: bool = True,
+        observation_step: int | None = None,
+    ) -> None:
+        """Called when the reply frame has been handed to the connection (``chunk``: it
+        carried a chunk, not "deferred"; the client measures its round trip on those only;
+        ``observation_step``: the request's, from its ``__armory__`` state)."""
         self.num_replies += 1
-        self.last_total_s = sent_s - received_s
+        if chunk:
+            self.last_total_s = sent_s - received_s
+            if observation_step is not None:
+                self._chunk_totals[observation_step] = self.last_total_s
+                if len(self._chunk_totals) > _CHUNK_TOTALS_KEPT:
+                    del self._chunk_totals[next(iter(self._chunk_totals))]
         self.last_reply_sent_s = sent_s
 
 

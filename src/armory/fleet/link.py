@@ -54,15 +54,38 @@ class FleetClient:
         self._clock = clock
         self.lateness_s = 0.0
         """How much less than the drawn delay a sleep asks for (learned)."""
+        # Done once the latest request has been sent / its reply delivered.
+        self._sent: asyncio.Future[None] | None = None
+        self._landed: asyncio.Future[None] | None = None
 
     async def connect(self) -> Any:
         return await self.inner.connect()
 
+    @property
+    def metadata(self) -> Any:
+        """The inner client's server metadata (what the runtime reads: image inputs,
+        pipelining)."""
+        return getattr(self.inner, "metadata", None)
+
     async def infer(self, obs: Mapping[str, Any]) -> dict[str, Any]:
+        """Overlapping (pipelined) requests keep their order both ways, as on a TCP link:
+        jitter never lets a message overtake an earlier one."""
         self.robot.on_send(obs)
-        await self._delay(self.uplink)
-        reply = await self.inner.infer(obs)
-        await self._delay(self.downlink)
+        loop = asyncio.get_running_loop()
+        sent_before, sent = self._sent, loop.create_future()
+        landed_before, landed = self._landed, loop.create_future()
+        self._sent, self._landed = sent, landed
+        try:
+            await self._delay(self.uplink)
+            await _after(sent_before)
+            sent.set_result(None)
+            reply = await self.inner.infer(obs)
+            await self._delay(self.downlink)
+            await _after(landed_before)
+        finally:
+            for future in (sent, landed):
+                if not future.done():
+                    future.set_result(None)
         return reply
 
     async def close(self) -> None:
@@ -81,3 +104,9 @@ class FleetClient:
         await asyncio.sleep(ask_s)
         # Integral control: the correction grows while sleeps end late on average.
         self.lateness_s += _LATENESS_GAIN * (self._clock() - started_s - seconds)
+
+
+async def _after(earlier: asyncio.Future[None] | None) -> None:
+    """Wait until ``earlier`` is done (at once when None)."""
+    if earlier is not None and not earlier.done():
+        await asyncio.wait({earlier})

@@ -53,6 +53,8 @@ def metadata_map(
             "max_batch_size": config.max_batch_size,
             "scheduler": scheduler,
             "max_message_bytes": config.max_message_bytes,
+            "pipelining": True,
+            "max_pipelined_requests": config.max_pipelined_requests,
             "plain_client_defaults": {
                 "control_hz": config.default_control_hz,
                 "min_execution_horizon": config.default_min_execution_horizon,

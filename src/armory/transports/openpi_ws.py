@@ -1,11 +1,12 @@
 """The openpi-compatible WebSocket front door (websockets' asyncio server).
 
 Per connection: the metadata frame right after the handshake, then one binary
-frame in, one binary frame out, for as long as the robot likes. While a request
-waits for its batch the handler also watches the connection, so a robot that
-drops mid-batch is forgotten at once (its chunk, when ready, is thrown away) and
-nobody else is affected. A bad request gets its error as a text frame, then close
-1011, on that connection only. See docs/protocol.md.
+frame in, one binary frame out, for as long as the robot likes. The handler keeps
+reading while requests wait for their batches: a robot that drops mid-batch is
+forgotten at once (its chunk, when ready, is thrown away), and a pipelined
+every-tick robot's newer observation replaces one still waiting (answered
+"deferred"); replies keep the order of requests. A bad request gets its error as
+a text frame, then close 1011, on that connection only. See docs/protocol.md.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from armory.engine.errors import RequestError, SessionClosed
-from armory.engine.server_engine import ServerEngine
+from armory.engine.server_engine import AcceptedRequest, ServerEngine
 from armory.engine.session import Session
 from armory.transports import http
 from armory.transports.base import Transport
@@ -119,10 +120,26 @@ class OpenpiWebSocketTransport(Transport):
         )
         watcher = asyncio.ensure_future(ws.wait_closed())
         watcher.add_done_callback(lambda _: self.engine.close_session(session))
+        answers: set[asyncio.Task[None]] = set()
         try:
             await ws.send(self._metadata_frame)
-            while await self._serve_one(ws, session):
-                pass
+            previous: asyncio.Task[None] | None = None
+            while True:
+                frame = await ws.recv()
+                received_s = self.engine.clock()
+                accepted = self._accept(session, frame, received_s, num_waiting=len(answers))
+                del frame
+                if accepted is None:
+                    break  # the session closed
+                if isinstance(accepted, RequestError):
+                    # The connection ends: requests still waiting are dropped, replies
+                    # already being sent go first, then the error, then close.
+                    self.engine.close_session(session)
+                    await self._answer(ws, session, accepted, previous)
+                    break
+                previous = asyncio.create_task(self._answer(ws, session, accepted, previous))
+                answers.add(previous)
+                previous.add_done_callback(answers.discard)
         except ConnectionClosed:
             pass
         except Exception:
@@ -131,27 +148,65 @@ class OpenpiWebSocketTransport(Transport):
         finally:
             watcher.cancel()
             self.engine.close_session(session)
+            if answers:
+                await asyncio.wait(answers)
 
-    async def _serve_one(self, ws: ServerConnection, session: Session) -> bool:
-        """Read one request and answer it; False when the connection is done."""
-        frame = await ws.recv()
-        received_s = self.engine.clock()
+    def _accept(
+        self, session: Session, frame: bytes | str, received_s: float, *, num_waiting: int
+    ) -> AcceptedRequest | RequestError | None:
+        """Decode a request and hand it to the engine at once (a robot may send the next
+        before this one is answered); its error to send, or None if the session closed."""
+        limit = self.engine.config.max_pipelined_requests
         try:
-            obs = decode_request(frame)
-            reply = await self.engine.infer(session, obs, received_s=received_s)
+            if num_waiting >= limit:
+                raise RequestError(
+                    f"more than {limit} requests of this connection await replies "
+                    "(--server.max-pipelined-requests); wait for replies before sending more"
+                )
+            return self.engine.accept(session, decode_request(frame), received_s=received_s)
         except SessionClosed:
-            return False
+            return None
+        except RequestError as exc:
+            return exc
+
+    async def _answer(
+        self,
+        ws: ServerConnection,
+        session: Session,
+        accepted: AcceptedRequest | RequestError,
+        previous: asyncio.Task[None] | None,
+    ) -> None:
+        """Wait for one request's reply and send it once the replies before it are sent
+        (replies keep the order of requests); an error is sent, then the connection closed."""
+        try:
+            try:
+                if isinstance(accepted, RequestError):
+                    raise accepted
+                reply = await self.engine.answer(accepted)
+            finally:
+                if previous is not None and not previous.done():
+                    await asyncio.wait({previous})
+        except SessionClosed:
+            return
         except RequestError as exc:
             self.engine.count_error()
             logger.info("request of %s (%s) refused: %s", session.robot_name, session.peer, exc)
             await self._send_error(ws, str(exc))
-            return False
+            return
+        except Exception:
+            logger.exception("a request of %s (%s) failed", session.robot_name, session.peer)
+            await self._send_error(ws, "internal server error; the server log has the details")
+            return
+        if session.closed:
+            return
         encode_started_s = self.engine.clock()
         frame = encode_reply(reply)
         encode_s = self.engine.clock() - encode_started_s
-        await ws.send(frame)
+        try:
+            await ws.send(frame)
+        except ConnectionClosed:
+            return
         self.engine.reply_sent(session, reply, self.engine.clock(), encode_s=encode_s)
-        return True
 
     async def _send_error(self, ws: ServerConnection, message: str) -> None:
         """The error as a text frame, then close 1011 (openpi's convention)."""

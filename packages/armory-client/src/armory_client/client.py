@@ -55,7 +55,8 @@ _CLOSE_TOO_BIG = 1009
 class _ClientBase:
     """Configuration, connection state and the I/O-free steps both clients share."""
 
-    # Makes the lock that keeps one request in flight at a time.
+    # Makes the lock that serialises connecting and sending (and, for the blocking
+    # client, whole requests).
     _lock_factory: Callable[[], Any]
 
     def __init__(
@@ -303,6 +304,8 @@ class AsyncPolicyClient(_ClientBase):
 
     _lock_factory = asyncio.Lock
     _conn: websockets.asyncio.client.ClientConnection | None
+    # Done once the latest request sent has read its reply (None before any request).
+    _last_turn: asyncio.Future[None] | None = None
 
     async def connect(self) -> Self:
         """Open the connection (if not open) and wait for the metadata frame."""
@@ -314,17 +317,28 @@ class AsyncPolicyClient(_ClientBase):
     async def infer(
         self, obs: Mapping[str, Any], *, timeout_s: float | None = None
     ) -> dict[str, Any]:
-        """Send one observation map and return the server's action map."""
+        """Send one observation map and return the server's action map.
+
+        Calls may overlap (pipelining, for a server that allows it: ``"pipelining": true``
+        under ``"armory"`` in its metadata): each sends at once, and replies are read in
+        the order the requests were sent. The timeout counts from the send, the wait for
+        earlier replies included.
+        """
         request = packb(obs)
         timeout_s = self._request_timeout_s if timeout_s is None else timeout_s
         async with self._lock:
             conn, start_s = await self._send(request)
-            frame = await self._recv(conn, timeout_s)
-            try:
-                return self._accept_reply(frame, start_s)
-            except ServerError:
-                await self._discard()
-                raise
+            earlier, turn = self._last_turn, asyncio.get_running_loop().create_future()
+            self._last_turn = turn
+        try:
+            frame = await self._recv(conn, timeout_s, after=earlier)
+        finally:
+            turn.set_result(None)
+        try:
+            return self._accept_reply(frame, start_s)
+        except ServerError:
+            await self._discard(conn)
+            raise
 
     async def close(self) -> None:
         """Close the connection, if any; `infer` may open a new one afterwards."""
@@ -365,22 +379,30 @@ class AsyncPolicyClient(_ClientBase):
         return conn, start_s
 
     async def _recv(
-        self, conn: websockets.asyncio.client.ClientConnection, timeout_s: float
+        self,
+        conn: websockets.asyncio.client.ClientConnection,
+        timeout_s: float,
+        *,
+        after: asyncio.Future[None] | None,
     ) -> Data:
-        """Wait for the reply frame; on any failure drop the connection (a late reply
-        must never answer the next request)."""
+        """Wait for the reply frame, once the request sent before (``after``) has read
+        its own; on any failure drop the connection (a late reply must never answer
+        the next request)."""
         try:
             async with asyncio.timeout(timeout_s):
+                if after is not None and not after.done():
+                    await asyncio.wait({after})
                 return await conn.recv()
         except TimeoutError:
-            await self._discard()
+            await self._discard(conn)
             raise self._request_timeout(timeout_s) from None
         except ConnectionClosed as exc:
-            await self._discard()
+            await self._discard(conn)
             raise self._connection_lost(exc) from exc
         except BaseException:
             # Cancelled: abort at once rather than await a close handshake.
-            self._conn = None
+            if self._conn is conn:
+                self._conn = None
             conn.transport.abort()
             raise
 
@@ -415,9 +437,15 @@ class AsyncPolicyClient(_ClientBase):
             await asyncio.sleep(min(next(delays), max(deadline_s - time.monotonic(), 0.0)))
         raise self._connect_timeout(last_error)
 
-    async def _discard(self) -> None:
-        """Close and forget the current connection."""
-        conn, self._conn = self._conn, None
+    async def _discard(
+        self, conn: websockets.asyncio.client.ClientConnection | None = None
+    ) -> None:
+        """Close and forget the current connection; given ``conn``, close that one, and
+        forget it only if it is still current (a later request may have reconnected)."""
+        if conn is None:
+            conn = self._conn
+        if self._conn is conn:
+            self._conn = None
         if conn is not None:
             await conn.close()
 

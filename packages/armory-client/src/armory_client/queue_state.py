@@ -50,12 +50,22 @@ class RobotState:
     """Observations this robot has sent in the episode before this one."""
     round_trip_s: float | None = None
     """The client's own measured request-to-reply duration; None before the first reply."""
+    round_trip_step: int | None = None
+    """The ``observation_step`` of the request `round_trip_s` was measured on, so that the
+    server subtracts its own time on that very request to learn the link delay; None:
+    `round_trip_s` is a smoothed estimate, set against the server's previous request."""
     weight: float = 1.0
     """Relative priority of this robot when capacity is short."""
     defer_after_s: float | None = None
     """Every-tick mode: if no batch has taken this observation this many seconds after it
     arrived, the server answers "deferred" (no chunk) so that the robot can send a newer
     one; None: the server holds the observation until it is served."""
+    pipelined: bool = False
+    """Every-tick mode against a server that allows it (``"pipelining": true`` in its
+    metadata): the robot sends its next observation without waiting for this reply. A
+    newer observation replaces this one if no batch has taken it yet (this one is then
+    answered "deferred"), and one the server cannot serve yet waits instead of being
+    refused."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.robot_id, str) or not self.robot_id:
@@ -71,8 +81,11 @@ class RobotState:
         self._set_int("episode_id", minimum=0)
         self._set_int("observation_step", minimum=0)
         self._set_float("round_trip_s", positive=False, optional=True)
+        self._set_int("round_trip_step", minimum=0, optional=True)
         self._set_float("weight", positive=True)
         self._set_float("defer_after_s", positive=True, optional=True)
+        if not isinstance(self.pipelined, bool):
+            raise ValueError(f"RobotState.pipelined must be a bool, got {self.pipelined!r}")
         if self.max_execution_horizon < self.min_execution_horizon:
             raise ValueError(
                 f"RobotState.max_execution_horizon ({self.max_execution_horizon}) is below "

@@ -5,12 +5,14 @@ after the tick's action (if any) was executed, and again when a reply lands
 while an observation is waiting. It reads a `SendState` snapshot and nothing
 else, so it is tested without sockets or clocks.
 
-The openpi protocol is strict request/response, so the runtime keeps at most one
-request in flight. A mode that wants to send while one is in flight (only
-`every-tick` does) has its newest observation wait; it goes out when the reply
-lands, if the mode still wants it then.
+The openpi protocol is strict request/response, so the runtime keeps one request
+in flight. A mode that wants to send while one is in flight (only `every-tick`
+does) has its newest observation wait; it goes out when the reply lands, if the
+mode still wants it then. Against a server that allows pipelining, every-tick
+sends each observation at once instead (`RuntimeConfig.pipelining`).
 
-- `every-tick`: every tick's observation (the newest waits while one is in flight).
+- `every-tick`: every tick's observation (pipelined, or the newest waits while one
+  is in flight).
 - `threshold`: when the queue would run dry within the measured round trip plus a
   margin, once the robot is `min_execution_horizon` actions into its chunk (an
   empty queue always asks: it can get no further into its chunk).
@@ -77,7 +79,7 @@ class EveryTick(RequestMode):
     def should_send(self, state: SendState) -> bool:
         """Every tick once the robot is `min_execution_horizon` actions into its chunk (the
         server could not serve an earlier observation), at once before the first chunk or
-        with an empty queue. While a request is in flight the newest observation waits."""
+        with an empty queue."""
         return (
             state.chunk_start is None
             or state.actions_left == 0

@@ -9,6 +9,9 @@ drifts) the runtime
    from the robot, attaches the queue state (`RobotState`) and sends it from a
    background task, or, while a request is in flight, keeps it as the newest
    waiting observation, sent when the reply lands if the mode still wants it.
+   Every-tick against a server that allows pipelining sends it at once instead:
+   the server keeps each robot's newest observation and answers the ones it
+   replaced "deferred".
 
 A reply is merged into the queue at the chunk start the server names (an
 upstream openpi server names none: the index the observation was sent with) by
@@ -88,9 +91,13 @@ class RuntimeConfig:
     """Threshold (and directed fallback): added to the measured round trip."""
     round_trip_smoothing: float = 0.25
     """Weight of the newest sample in the round-trip moving average."""
+    pipelining: bool = True
+    """Every-tick: send each tick's observation at once, without waiting for earlier
+    replies, when the server allows it (its metadata says ``"pipelining": true``); the
+    server keeps the newest. Otherwise one request at a time, with `defer_after_ticks`."""
     defer_after_ticks: float = 2.0
-    """Every-tick: the server answers "deferred" to an observation no batch took within
-    this many ticks, and a fresh observation replaces it at once."""
+    """Every-tick, one request at a time: the server answers "deferred" to an observation
+    no batch took within this many ticks, and a fresh observation replaces it at once."""
     # Actions
     merge_rule: str = "replace"
     """How a landing chunk joins the queued actions, by name (`merge.MERGE_RULES`)."""
@@ -131,6 +138,8 @@ class RuntimeConfig:
             or self.rtc_margin_ticks < 0
         ):
             raise ValueError(f"rtc_margin_ticks must be an int >= 0, got {self.rtc_margin_ticks!r}")
+        if not isinstance(self.pipelining, bool):
+            raise ValueError(f"pipelining must be a bool, got {self.pipelining!r}")
         if not isinstance(self.safety, SafetyConfig):
             raise ValueError(f"safety must be a SafetyConfig, got {self.safety!r}")
         if self.jpeg_quality is not None and (
@@ -209,8 +218,16 @@ class RobotRuntime:
         # Request state
         self._observation_step = 0
         self._next_request_index: int | None = None
+        self._measured: tuple[int, float] | None = None
+        """(observation_step, seconds) of this episode's latest request answered with a
+        chunk: the round trip the server learns its link delay from."""
         self._pending: tuple[int, dict[str, Any]] | None = None
-        self._request: asyncio.Task[None] | None = None
+        self._requests: set[asyncio.Task[None]] = set()
+        """Requests awaiting their replies: at most one, or `_max_in_flight` pipelined."""
+        self._pipelined = False
+        """Every-tick against a server that allows pipelining: send every observation at
+        once, without waiting for earlier replies (set on connecting)."""
+        self._max_in_flight = 1
         self._consecutive_errors = 0
         self._image_specs: dict[str, ImageSpec] = {}
         # Run state
@@ -233,6 +250,7 @@ class RobotRuntime:
         try:
             await self._client.connect()
             self._image_specs = self._declared_images()
+            self._pipelined, self._max_in_flight = self._requests_in_flight()
             await self._tick_loop()
         finally:
             await self._shut_down()
@@ -276,6 +294,7 @@ class RobotRuntime:
         self._observation_step = 0
         self._next_request_index = None
         self._pending = None
+        self._measured = None
 
     def summary(self) -> RuntimeSummary:
         """The run so far."""
@@ -301,7 +320,7 @@ class RobotRuntime:
     @property
     def in_flight(self) -> bool:
         """Whether a request awaits its reply."""
-        return self._request is not None
+        return bool(self._requests)
 
     # ---- ticks -----------------------------------------------------------
 
@@ -364,7 +383,7 @@ class RobotRuntime:
         )
         if self.mode.should_send(self._send_state()):
             obs = self._robot.get_observation()
-            if self._request is None:
+            if len(self._requests) < self._max_in_flight:
                 self._send(obs)
             else:
                 self._pending = (self.queue.action_index, obs)
@@ -377,7 +396,7 @@ class RobotRuntime:
             chunk_start=self.queue.chunk_start,
             control_hz=self.config.control_hz,
             min_execution_horizon=self.config.min_execution_horizon,
-            in_flight=self._request is not None,
+            in_flight=bool(self._requests),
             round_trip_s=self.round_trip.value_s,
             next_request_index=self._next_request_index,
         )
@@ -386,15 +405,17 @@ class RobotRuntime:
 
     def _send(self, obs: Mapping[str, Any]) -> None:
         """Attach the queue state as it is now and send `obs` from a background task."""
-        assert self._request is None, "one request in flight at a time"
+        assert len(self._requests) < self._max_in_flight, "too many requests in flight"
         state = self.config.robot_state(
             action_index=self.queue.action_index,
             actions_left=self.queue.actions_left,
             chunk_start=self.queue.chunk_start,
             episode_id=self.episode_id,
             observation_step=self._observation_step,
-            round_trip_s=self.round_trip.value_s,
-            defer_after_s=self._defer_after_s,
+            round_trip_s=None if self._measured is None else self._measured[1],
+            round_trip_step=None if self._measured is None else self._measured[0],
+            defer_after_s=None if self._pipelined else self._defer_after_s,
+            pipelined=self._pipelined,
         )
         self._observation_step += 1
         if isinstance(self.queue.merge_rule, Rtc):
@@ -406,9 +427,9 @@ class RobotRuntime:
             frozen = self.queue.merge_rule.freeze(self.queue.queued, delay)
             obs = {**obs, **frozen.to_wire()}
         sent_s = self._clock() - (self._t0_s if self._t0_s is not None else self._clock())
-        self._request = asyncio.create_task(
-            self._request_chunk(attach(obs, state), state, sent_s=sent_s)
-        )
+        task = asyncio.create_task(self._request_chunk(attach(obs, state), state, sent_s=sent_s))
+        self._requests.add(task)
+        task.add_done_callback(self._requests.discard)
 
     async def _request_chunk(
         self, payload: dict[str, Any], sent: RobotState, *, sent_s: float
@@ -416,19 +437,22 @@ class RobotRuntime:
         """The background task of one request: send, await the reply, apply it."""
         try:
             record = await self._exchange(payload, sent, sent_s=sent_s)
-        except asyncio.CancelledError:
-            self._request = None
-            raise
         except Exception as exc:
-            self._request = None
             self._failure = exc
             self.stop()
             return
-        self._request = None
+        finally:
+            self._requests.discard(asyncio.current_task())  # type: ignore[arg-type]
         self.stats.on_finish(record)
-        if record.outcome == "deferred" and self._pending is None and not self._stopping:
+        if (
+            record.outcome == "deferred"
+            and not self._pipelined
+            and self._pending is None
+            and not self._stopping
+        ):
             # No batch took the observation in time: a fresh one takes its place now
             # rather than at the next tick, so the server is not left without one.
+            # (Pipelined, a newer observation replaced it and is at the server already.)
             self._pending = (self.queue.action_index, self._robot.get_observation())
         self._send_pending()
 
@@ -464,6 +488,8 @@ class RobotRuntime:
             actions, reply_state = parse_reply(reply, sent_index=sent.action_index)
             if not reply_state.deferred:
                 self.round_trip.update(round_trip_s)
+                if sent.episode_id == self.episode_id:
+                    self._measured = (sent.observation_step, round_trip_s)
         except HandshakeRejected:
             raise
         except ArmoryClientError as exc:
@@ -503,18 +529,34 @@ class RobotRuntime:
         assert action_index == self.queue.action_index, (action_index, self.queue.action_index)
         self._send(obs)
 
-    def _declared_images(self) -> dict[str, ImageSpec]:
-        """The image inputs the server's metadata declares (none when the client has no
-        metadata, e.g. a test double)."""
-        if not self.config.prepare_images:
-            return {}
+    def _server_metadata(self) -> Mapping[str, Any]:
+        """The metadata the server sent (empty when the client has none, e.g. a test
+        double)."""
         try:
             metadata = getattr(self._client, "metadata", None)
         except ArmoryClientError:
             return {}
-        if not isinstance(metadata, Mapping):
+        return metadata if isinstance(metadata, Mapping) else {}
+
+    def _declared_images(self) -> dict[str, ImageSpec]:
+        """The image inputs the server's metadata declares."""
+        if not self.config.prepare_images:
             return {}
-        return image_specs(metadata)
+        return image_specs(self._server_metadata())
+
+    def _requests_in_flight(self) -> tuple[bool, int]:
+        """(pipelined, most requests in flight): every-tick pipelines when the server's
+        metadata allows it (``"pipelining": true`` under ``"armory"``), up to its
+        ``max_pipelined_requests``; otherwise one request at a time."""
+        if self.config.request_mode != "every-tick" or not self.config.pipelining:
+            return False, 1
+        info = self._server_metadata().get("armory")
+        if not isinstance(info, Mapping) or info.get("pipelining") is not True:
+            return False, 1
+        limit = info.get("max_pipelined_requests")
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            return False, 1
+        return True, limit
 
     def _on_error(self, exc: ArmoryClientError) -> None:
         """Log a failed request (a warning for the first of a run of failures)."""
@@ -525,9 +567,10 @@ class RobotRuntime:
     async def _shut_down(self) -> None:
         """Stop ticking, cancel the request in flight and close the client."""
         self._stopping = True
-        while (task := self._request) is not None:
-            task.cancel()
-            await asyncio.wait({task})
-            if self._request is task:
-                self._request = None
+        while self._requests:
+            tasks = set(self._requests)
+            for task in tasks:
+                task.cancel()
+            await asyncio.wait(tasks)
+            self._requests -= tasks
         await self._client.close()
