@@ -19,7 +19,7 @@ from armory.engine.errors import PolicyError, QueueStateError, SessionClosed
 from armory.engine.latency_profile import LatencyProfile
 from armory.engine.queue_mirror import NO_CHUNK, QueueMirror, QueueReport, RobotLimits
 from armory.engine.server_engine import Reply, ServerEngine
-from armory.engine.session import RequestPlan, Session, directed_send_index
+from armory.engine.session import RequestPlan, Session, directed_lead_s, directed_send_index
 from armory.policies.base import Policy, PolicyMetadata
 from armory.scheduling.base import Scheduler
 from armory.scheduling.registry import make_scheduler
@@ -170,6 +170,21 @@ def test_directed_send_index_leaves_the_lead_and_respects_min_horizon() -> None:
     assert directed_send_index(100, limits, lead_s=0.12) == 107  # ceil(2.4) = 3 actions
     assert directed_send_index(100, limits, lead_s=0.0) == 110
     assert directed_send_index(100, limits, lead_s=5.0) == 102
+
+
+def test_directed_lead_is_both_links_one_forward_pass_and_the_margin() -> None:
+    """The forward pass at the recent batch size, rounded and capped at the max batch."""
+    limits = RobotLimits(
+        control_hz=20.0,
+        min_execution_horizon=2,
+        max_execution_horizon=10,
+        uplink_s=0.004,
+        downlink_s=0.006,
+    )
+    profile = LatencyProfile.from_preset("l40s-pi05")
+    assert directed_lead_s(limits, profile, 1.0, 4, 0.01) == pytest.approx(0.010 + 0.070 + 0.01)
+    assert directed_lead_s(limits, profile, 2.6, 4, 0.0) == pytest.approx(0.010 + 0.195)
+    assert directed_lead_s(limits, profile, 7.0, 4, 0.0) == pytest.approx(0.010 + 0.250)
 
 
 def test_mirror_update_limits_keeps_the_queue_and_eligibility_matches_snapshot() -> None:
@@ -468,7 +483,7 @@ def test_armory_reply_carries_chunk_start_and_next_request_index() -> None:
         replies[1].next_request_index,
     ]
     for reply in replies:
-        # lead: links (2 x 2 ms) + 2 forward passes of ~18 ms: ~40 ms = 1 action at 20 Hz.
+        # lead: links (2 x 2 ms) + a forward pass of ~18 ms: ~22 ms = 1 action at 20 Hz.
         assert reply.chunk_start + 8 <= reply.next_request_index <= reply.chunk_start + 9
 
 

@@ -66,7 +66,7 @@ class ServerConfig:
     """One-way network delay assumed until measured (always, for plain clients)."""
     # Directed mode
     directed_margin_s: float = 0.01
-    """Extra lead in ``next_request_index`` beyond links and two forward passes."""
+    """Extra lead in ``next_request_index`` beyond links and one forward pass."""
     # Limits
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     """Largest frame accepted from a robot; a larger one closes its connection (1009)."""

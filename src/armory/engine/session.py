@@ -237,10 +237,13 @@ def directed_lead_s(
     margin_s: float,
 ) -> float:
     """Seconds of motion a directed robot should still hold when it sends its next
-    observation: both link delays, two forward passes at the recent batch size (one
-    already running when it arrives, then its own) and a margin."""
+    observation: both link delays, its own forward pass at the recent batch size and a
+    margin. The scheduler has the observation in time to serve it just in time when
+    the executor is free; when a batch is running it may land up to a forward pass
+    late, but every chunk is computed from a fresher observation and wastes fewer
+    actions, which is worth more at capacity (docs/architecture.md, directed mode)."""
     batch = max(1, min(round(recent_batch_size), max_batch_size))
-    return limits.uplink_s + limits.downlink_s + 2 * profile.latency_s(batch) + margin_s
+    return limits.uplink_s + limits.downlink_s + profile.latency_s(batch) + margin_s
 
 
 def directed_send_index(chunk_start: int, limits: RobotLimits, lead_s: float) -> int:
