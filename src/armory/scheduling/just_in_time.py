@@ -20,27 +20,28 @@ else.
 
 Over capacity, somebody starves whatever is done, and the question becomes who
 and how efficiently. The fleet is over capacity when its fluid optimum
-(:mod:`armory.scheduling.fluid`, solved once per fleet composition and latency
-table) cannot serve every robot in full; a transient burst on a fleet that fits
-stays with the rule above. Over capacity, once even the best back-to-back plan
-loses more than a few actions, the optimum also says which batch sizes the best
-steady state uses. If it serves robots one at a time and all weigh the same,
-batching more would only lengthen everyone's wait, and the just-in-time rule
-carries on. Otherwise a chunk
-for robot i adds ``g_i = E_i/f_i - max(0, deadline_i - obs_time_i)`` seconds
-of motion (its horizon less the part of the old queue it overlaps), whatever
-batch it rides in; the scheduler sorts robots by ``weight_i * f_i * g_i`` (the
-weighted actions the chunk is worth) and, among the sizes the optimum uses,
-takes the one whose prefix buys the most weighted actions per second of forward
-pass. Robots that have already run dry are worth a full chunk, robots with a
-long queue are worth little, and heavy robots come first: the shortage lands on
-the robots whose motion the fleet values least, in batches that use the GPU
-best.
+(:mod:`armory.scheduling.fluid`, solved once per fleet composition and again
+when the latency table moves by more than 2%) cannot serve every robot in full;
+a transient burst on a fleet that fits stays with the rule above. Over capacity,
+once even the best back-to-back plan loses more than a few actions, the optimum
+also says which batch sizes the best steady state uses. If it serves robots one
+at a time and all weigh the same, batching more would only lengthen everyone's
+wait, and the just-in-time rule carries on. Otherwise a chunk for robot i adds
+``g_i = E_i/f_i - max(0, deadline_i - obs_time_i)`` seconds of motion (its
+horizon less the part of the old queue it overlaps), whatever batch it rides in;
+the scheduler sorts robots by ``weight_i * f_i * g_i`` (the weighted actions the
+chunk is worth) and, among the sizes the optimum uses, takes the one whose
+prefix buys the most weighted actions per second of forward pass. Robots that
+have already run dry are worth a full chunk, robots with a long queue are worth
+little, and heavy robots come first: the shortage lands on the robots whose
+motion the fleet values least, in batches that use the GPU best.
 
 docs/scheduling.md gives the reasoning and the measured results.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -55,7 +56,14 @@ _MIX_SHARE = 0.05
 """A batch size the fluid optimum runs for less than this share of its batches is unused."""
 
 _MIX_CACHE_SIZE = 64
-"""Fleet compositions whose fluid optimum is remembered (the profile keeps learning)."""
+"""Fleet compositions whose fluid optimum is remembered."""
+
+_MIX_TABLE_TOLERANCE = 0.02
+"""Relative change of any batch size's latency that makes a remembered optimum stale."""
+
+_MIX_LINK_STEP_S = 0.005
+"""Round-trip links are grouped in steps of this much; a robot's link moving by more
+makes a remembered optimum stale."""
 
 
 def candidate_sizes(max_size: int) -> np.ndarray:
@@ -88,7 +96,8 @@ class JustInTimeScheduler(Scheduler):
         # Overload: even the best back-to-back plan loses more than this many actions
         # (weighted, in units of the heaviest robot's weight).
         self.overload_actions = overload_actions
-        self._batch_mix: dict[bytes, tuple[bool, np.ndarray]] = {}
+        self._batch_mix: dict[bytes, _FluidMix] = {}
+        """The fluid optimum per set of robots."""
 
     def schedule(self, snapshot: Snapshot) -> Batch:
         """Called whenever the executor is free and at least one robot is eligible."""
@@ -155,31 +164,58 @@ class JustInTimeScheduler(Scheduler):
 
     def _fluid_optimum(self, s: Snapshot) -> tuple[bool, np.ndarray]:
         """Whether the fleet's fluid optimum (weighted, at the least GPU time) serves
-        every robot in full, and the batch sizes it uses; cached per fleet composition
-        and latency table."""
-        # A robot's rate, horizon, links and weight are fixed while it is connected, so
-        # the set of robots and the latency table identify the program.
-        key = b"".join((s.robot_id.tobytes(), np.round(s.latency_table_s, 3).tobytes()))
+        every robot in full, and the batch sizes it uses; cached per set of robots and
+        solved again only when the latency table or a robot's link has moved by more
+        than ``_MIX_TABLE_TOLERANCE`` / ``_MIX_LINK_STEP_S`` since (a live server's
+        learned latencies and link estimates never stop moving)."""
+        key = s.robot_id.tobytes()
+        table = s.latency_table_s
+        links_s = 2.0 * s.downlink_s
         cached = self._batch_mix.get(key)
-        if cached is None:
-            classes = np.stack(
-                [s.control_hz, s.max_execution_horizon, 2.0 * s.downlink_s, s.weight], axis=1
-            )
-            classes, counts = np.unique(np.round(classes, 6), axis=0, return_counts=True)
-            solution = solve_fluid(
-                classes[:, 0],
-                classes[:, 1],
-                classes[:, 2],
-                s.latency_table_s[1:],
-                weight=classes[:, 3],
-                count=counts,
-                gpu_cost=1e-3,
-            )
-            batches = solution.batches_per_s
-            sizes = np.flatnonzero(batches > _MIX_SHARE * max(batches.sum(), 1e-12)) + 1
-            sizes = candidate_sizes(s.max_batch_size) if sizes.size == 0 else sizes
-            fits = bool(np.all(solution.actions_per_s >= classes[:, 0] * (1.0 - 1e-6)))
-            if len(self._batch_mix) >= _MIX_CACHE_SIZE:
-                self._batch_mix.clear()
-            cached = self._batch_mix[key] = (fits, sizes)
-        return cached
+        if (
+            cached is not None
+            and _close(cached.table_s, table)
+            and np.all(np.abs(links_s - cached.links_s) <= _MIX_LINK_STEP_S)
+        ):
+            return cached.fits, cached.sizes
+        # Robots alike in rate, horizon, round-trip link (in steps of _MIX_LINK_STEP_S)
+        # and weight form one class of the program.
+        steps = np.round(links_s / _MIX_LINK_STEP_S) * _MIX_LINK_STEP_S
+        classes = np.stack([s.control_hz, s.max_execution_horizon, steps, s.weight], axis=1)
+        classes, counts = np.unique(np.round(classes, 6), axis=0, return_counts=True)
+        solution = solve_fluid(
+            classes[:, 0],
+            classes[:, 1],
+            classes[:, 2],
+            table[1:],
+            weight=classes[:, 3],
+            count=counts,
+            gpu_cost=1e-3,
+        )
+        batches = solution.batches_per_s
+        sizes = np.flatnonzero(batches > _MIX_SHARE * max(batches.sum(), 1e-12)) + 1
+        sizes = candidate_sizes(s.max_batch_size) if sizes.size == 0 else sizes
+        fits = bool(np.all(solution.actions_per_s >= classes[:, 0] * (1.0 - 1e-6)))
+        if len(self._batch_mix) >= _MIX_CACHE_SIZE:
+            self._batch_mix.clear()
+        self._batch_mix[key] = _FluidMix(table.copy(), links_s, fits, sizes)
+        return fits, sizes
+
+
+@dataclass(frozen=True)
+class _FluidMix:
+    """A remembered fluid optimum and what it was solved for."""
+
+    table_s: np.ndarray
+    links_s: np.ndarray
+    """Each robot's round-trip link (2 x downlink), in snapshot order."""
+    fits: bool
+    sizes: np.ndarray
+
+
+def _close(solved_for: np.ndarray, table: np.ndarray) -> bool:
+    """Whether ``table`` is within ``_MIX_TABLE_TOLERANCE`` of the table an optimum was
+    solved for, at every batch size."""
+    if solved_for.shape != table.shape:
+        return False
+    return bool(np.all(np.abs(table - solved_for) <= _MIX_TABLE_TOLERANCE * solved_for))

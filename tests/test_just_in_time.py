@@ -1,0 +1,109 @@
+"""just-in-time (the default): serve each robot as late as is safe while the fleet fits;
+over capacity, spend the GPU where a chunk buys the most weighted motion."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from factories import make_snapshot
+
+from armory.engine.latency_profile import LatencyProfile
+from armory.scheduling import just_in_time
+from armory.scheduling.just_in_time import JustInTimeScheduler, candidate_sizes
+
+# Defaults of make_snapshot: 20 Hz, 10-action chunks, 5 ms downlink, the l40s-pi05 table
+# (1 -> 0.070 s, 2 -> 0.135 s, 3 -> 0.195 s, 4 -> 0.250 s). The scheduler's margin is
+# 4 ms + half a tick of the fastest robot: 0.029 s.
+MARGIN_S = 0.004 + 0.5 / 20
+
+
+def test_a_robot_with_time_to_spare_waits_for_its_latest_start() -> None:
+    """Due at 0.995 s (deadline less downlink), one forward pass of 0.070 s and the margin:
+    nothing starts before 0.896 s."""
+    batch = JustInTimeScheduler().schedule(make_snapshot([1.0]))
+    assert batch.robot_ids == ()
+    assert batch.wait_until_s == pytest.approx(0.995 - 0.070 - MARGIN_S)
+
+
+def test_a_robot_that_cannot_wait_is_served_at_once() -> None:
+    batch = JustInTimeScheduler().schedule(make_snapshot([0.08, 2.0]))
+    assert batch.robot_ids == (0,)
+    assert batch.wait_until_s is None
+
+
+def test_robots_due_together_are_batched_when_singles_would_leave_one_late() -> None:
+    """Both due at 0.163 s: one after the other the second finishes at 0.169 s with the
+    margin; together (0.135 s) both are only 1 ms late."""
+    batch = JustInTimeScheduler().schedule(make_snapshot([0.168, 0.168, 3.0]))
+    assert batch.robot_ids == (0, 1)
+
+
+def test_an_ineligible_robot_shapes_the_plan_but_never_rides() -> None:
+    """Robot 0 is due first but cannot be served yet: the plan still keeps its turn, and
+    only eligible robot 1 is dispatched."""
+    batch = JustInTimeScheduler().schedule(make_snapshot([0.05, 0.09], eligible=[False, True]))
+    assert batch.robot_ids == (1,)
+
+
+def overloaded(weight: float | list[float] = 1.0, **overrides: object) -> object:
+    """Eight robots at 20 Hz, all dry now: more than the l40s-pi05 GPU serves (six
+    would just fit, one at a time)."""
+    options: dict[str, object] = {"now_s": 1.0, "weight": weight, "obs_time_s": 0.98}
+    options.update(overrides)
+    return make_snapshot([1.0] * 8, **options)  # type: ignore[arg-type]
+
+
+def test_over_capacity_the_heavy_robot_rides_first() -> None:
+    """Robot 3 weighs 5. Over capacity the optimum runs batches of 1 and 2; a chunk for
+    robot 3 alone buys 5 weighted chunks per 0.070 s, with a light robot beside it 6 per
+    0.135 s: robot 3 goes alone."""
+    batch = JustInTimeScheduler().schedule(overloaded([1, 1, 1, 5, 1, 1, 1, 1]))
+    assert batch.robot_ids == (3,)
+
+
+def test_over_capacity_equal_robots_fill_the_batch_size_the_optimum_uses() -> None:
+    """All alike and all dry: the optimum's batches of 2 buy more chunks per second
+    (2 / 0.135 s) than singles (1 / 0.070 s)."""
+    batch = JustInTimeScheduler().schedule(overloaded())
+    assert batch.robot_ids == (0, 1)
+
+
+def test_the_fluid_optimum_is_solved_once_while_latencies_and_links_hold_still(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A live server's learned latencies and link estimates move a little at every batch;
+    the optimum is solved again only past 2% of latency or a 5 ms step of link."""
+    solves = []
+    solve = just_in_time.solve_fluid
+
+    def counting_solve(*args: object, **kwargs: object) -> object:
+        solves.append(args)
+        return solve(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(just_in_time, "solve_fluid", counting_solve)
+    scheduler = JustInTimeScheduler()
+    table = LatencyProfile.from_preset("l40s-pi05").table(4)
+    weights = [1, 1, 1, 5, 1, 1, 1, 1]
+    scheduler.schedule(overloaded(weights, latency_table_s=table))
+    scheduler.schedule(overloaded(weights, latency_table_s=table * 1.01))
+    scheduler.schedule(overloaded(weights, latency_table_s=table, downlink_s=0.006))
+    assert len(solves) == 1
+    scheduler.schedule(overloaded(weights, latency_table_s=table * 1.05))
+    assert len(solves) == 2
+    scheduler.schedule(overloaded(weights, latency_table_s=table * 1.05, downlink_s=0.010))
+    assert len(solves) == 3
+    # Robots whose link estimates differ by noise are one class of the program.
+    scheduler.schedule(
+        overloaded(
+            weights, downlink_s=[0.0051, 0.0049, 0.005, 0.0052, 0.0048, 0.005, 0.0053, 0.0047]
+        )
+    )
+    rates = solves[-1][0]
+    assert len(solves) == 4 and len(rates) == 2  # weight 1 and weight 5
+
+
+def test_candidate_sizes_are_dense_to_16_then_geometric_to_the_max() -> None:
+    assert candidate_sizes(4).tolist() == [1, 2, 3, 4]
+    sizes = candidate_sizes(64)
+    assert sizes[:16].tolist() == list(range(1, 17))
+    assert sizes[-1] == 64 and np.all(np.diff(sizes) > 0)
