@@ -16,6 +16,7 @@ from server_harness import GatedPolicy, expected_actions, make_mock, make_obs
 from armory.engine.batch_loop import BatchLoop
 from armory.engine.config import PlainClientDefaults, ServerConfig
 from armory.engine.errors import PolicyError, QueueStateError, SessionClosed
+from armory.engine.executor import BatchOutcome
 from armory.engine.latency_profile import LatencyProfile
 from armory.engine.queue_mirror import NO_CHUNK, QueueMirror, QueueReport, RobotLimits
 from armory.engine.server_engine import Reply, ServerEngine
@@ -272,14 +273,40 @@ class _WaitForTwo(Scheduler):
 
 
 class _RecordingExecutor:
-    """Stands in for the executor: records each batch handed to it, computes nothing."""
+    """Stands in for the executor: records each batch handed to it, computes nothing
+    (``jobs`` are the futures it returned, for a test to complete)."""
 
     def __init__(self) -> None:
         self.batches: list[int] = []
+        self.jobs: list[asyncio.Future[Any]] = []
 
     def submit(self, observations: Sequence[Mapping[str, Any]]) -> asyncio.Future[Any]:
         self.batches.append(len(observations))
-        return asyncio.get_running_loop().create_future()
+        self.jobs.append(asyncio.get_running_loop().create_future())
+        return self.jobs[-1]
+
+    def shutdown(self) -> None:
+        pass
+
+
+def _recording_loop(*, max_batch_size: int) -> tuple[_RecordingExecutor, BatchLoop]:
+    """A max-batch loop over a recording executor (50 ms forward passes)."""
+    executor = _RecordingExecutor()
+    loop = BatchLoop(
+        executor,  # type: ignore[arg-type]
+        make_scheduler("max-batch"),
+        LatencyProfile({1: 0.05}),
+        max_batch_size=max_batch_size,
+    )
+    return executor, loop
+
+
+def _one_action_plan() -> RequestPlan:
+    return RequestPlan(
+        limits=RobotLimits(control_hz=20.0, min_execution_horizon=1, max_execution_horizon=10),
+        report=QueueReport(action_index=0, actions_left=0),
+        reset=False,
+    )
 
 
 def test_dispatch_hands_the_batch_to_the_worker_before_the_loop_turns() -> None:
@@ -287,19 +314,8 @@ def test_dispatch_hands_the_batch_to_the_worker_before_the_loop_turns() -> None:
     task created for it first runs (the loop may have frames to read in between)."""
 
     async def scenario() -> list[int]:
-        executor = _RecordingExecutor()
-        loop = BatchLoop(
-            executor,  # type: ignore[arg-type]
-            make_scheduler("max-batch"),
-            LatencyProfile({1: 0.05}),
-            max_batch_size=4,
-        )
-        plan = RequestPlan(
-            limits=RobotLimits(control_hz=20.0, min_execution_horizon=1, max_execution_horizon=10),
-            report=QueueReport(action_index=0, actions_left=0),
-            reset=False,
-        )
-        loop.submit(7, plan, make_obs(0), received_s=time.monotonic())
+        executor, loop = _recording_loop(max_batch_size=4)
+        loop.submit(7, _one_action_plan(), make_obs(0), received_s=time.monotonic())
         loop._decide()  # no await between the decision and the check
         handed = list(executor.batches)
         assert loop._running is not None
@@ -307,6 +323,31 @@ def test_dispatch_hands_the_batch_to_the_worker_before_the_loop_turns() -> None:
         return handed
 
     assert run(scenario) == [1]
+
+
+def test_the_next_batch_starts_as_the_previous_one_ends() -> None:
+    """When a batch's results come back, the next batch goes to the worker in that same
+    step, before anything the results wake (the replies) runs."""
+
+    async def scenario() -> list[int]:
+        executor, loop = _recording_loop(max_batch_size=1)
+        loop.start()
+        first = loop.submit(7, _one_action_plan(), make_obs(0), received_s=time.monotonic())
+        loop.submit(8, _one_action_plan(), make_obs(1), received_s=time.monotonic())
+        while not executor.jobs:
+            await asyncio.sleep(0)
+        seen_by_the_reply: list[int] = []
+        first.add_done_callback(lambda _: seen_by_the_reply.append(len(executor.batches)))
+        chunk = np.zeros((10, 7), np.float32)
+        executor.jobs[0].set_result(BatchOutcome(chunks=[chunk], policy_s=0.05, ok=True))
+        await first
+        while len(executor.jobs) < 2:
+            await asyncio.sleep(0)
+        executor.jobs[1].set_result(BatchOutcome(chunks=[chunk], policy_s=0.05, ok=True))
+        await loop.stop()
+        return seen_by_the_reply
+
+    assert run(scenario) == [2]
 
 
 def test_wait_until_is_honoured() -> None:

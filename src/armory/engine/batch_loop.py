@@ -270,24 +270,28 @@ class BatchLoop:
     async def _run(self) -> None:
         while True:
             self._wake.clear()
-            timeout_s: float | None = None
-            if self._running is None and self._waiting:
-                try:
-                    timeout_s = self._decide()
-                except Exception:
-                    logger.exception("scheduling failed; failing the waiting requests")
-                    for request in self._waiting.values():
-                        _fail(
-                            request.future,
-                            RequestError("the server failed to schedule this request"),
-                        )
-                    self._waiting.clear()
+            timeout_s = self._decide_if_free()
             if timeout_s is None:
                 await self._wake.wait()
             else:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(timeout_s):
                         await self._wake.wait()
+
+    def _decide_if_free(self) -> float | None:
+        """Decide when the executor is free and requests wait; how long to sleep before
+        asking again (None: until something changes). A failing scheduler fails the
+        waiting requests."""
+        if self._running is not None or not self._waiting:
+            return None
+        try:
+            return self._decide()
+        except Exception:
+            logger.exception("scheduling failed; failing the waiting requests")
+            for request in self._waiting.values():
+                _fail(request.future, RequestError("the server failed to schedule this request"))
+            self._waiting.clear()
+            return None
 
     def _decide(self) -> float | None:
         """Ask the scheduler; start a batch, or return how long to sleep before asking again
@@ -380,6 +384,10 @@ class BatchLoop:
             logger.exception("a batch failed")
         finally:
             self._running = None
+            # The next batch starts now, before the loop turns to the replies and the
+            # frames that came in meanwhile: the executor never waits for them. (A
+            # scheduler that asks to wait is asked again by the loop task.)
+            self._decide_if_free()
             self._wake.set()
 
     def _fail_batch(self, requests: list[_Request]) -> None:
