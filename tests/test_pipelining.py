@@ -28,6 +28,9 @@ from server_harness import (
     running_server,
 )
 
+from armory.engine.config import ServerConfig
+from armory.serve import ServerThread
+
 
 def pipelined_state(name: str, index: int) -> RobotState:
     return every_tick_state(name, index, pipelined=True)
@@ -39,6 +42,15 @@ async def _occupy(policy: GatedPolicy, port: int) -> tuple[AsyncPolicyClient, as
     reply = asyncio.ensure_future(a.infer(attach(make_obs(0), pipelined_state("a", 0))))
     await asyncio.to_thread(policy.next_batch)
     return a, reply
+
+
+async def _requests_in(server: ServerThread, count: int, timeout_s: float = 10.0) -> None:
+    """Wait until the server has taken ``count`` requests in."""
+    loop = asyncio.get_running_loop()
+    deadline_s = loop.time() + timeout_s
+    while (await asyncio.to_thread(server.stats)).num_requests < count:
+        assert loop.time() < deadline_s, f"the server did not get {count} requests"
+        await asyncio.sleep(0.01)
 
 
 def test_a_newer_observation_replaces_the_waiting_one_and_replies_keep_their_order() -> None:
@@ -55,7 +67,7 @@ def test_a_newer_observation_replaces_the_waiting_one_and_replies_keep_their_ord
                 asyncio.ensure_future(b.infer(attach(make_obs(1, i), pipelined_state("b", i))))
                 for i in range(3)
             ]
-            await asyncio.sleep(0.2)  # all three are in before the executor frees up
+            await _requests_in(server, 4)  # a's and all three of b's, before the executor frees
             policy.allow(2)
             replies = await asyncio.gather(*sends)
             result_a = await reply_a
@@ -88,7 +100,7 @@ def test_an_observation_sent_while_its_robots_chunk_is_computed_waits_for_the_ne
                 asyncio.ensure_future(b.infer(attach(make_obs(1, i), pipelined_state("b", i))))
                 for i in (1, 2)
             ]
-            await asyncio.sleep(0.2)
+            await _requests_in(server, 3)
             policy.allow(2)
             replies = await asyncio.gather(first, *later)
             await b.close()
@@ -181,3 +193,19 @@ def test_every_tick_runtimes_pipeline_when_the_server_allows_it(pipelining: bool
     if pipelining:
         # Near every tick: 45 in 1.5 s at 30 Hz (one at a time: about 22).
         assert requests_per_robot > 30, requests_per_robot
+
+
+def test_the_metadata_announces_pipelining_and_its_limit() -> None:
+    with running_server(make_mock(), max_pipelined_requests=5) as server:
+
+        async def metadata() -> dict:
+            async with AsyncPolicyClient("127.0.0.1", server.port) as client:
+                return client.metadata
+
+        info = asyncio.run(metadata())["armory"]
+    assert info["pipelining"] is True and info["max_pipelined_requests"] == 5
+
+
+def test_the_pipelining_limit_must_be_positive() -> None:
+    with pytest.raises(ValueError, match=r"--server\.max-pipelined-requests must be >= 1"):
+        ServerConfig(max_pipelined_requests=0)
