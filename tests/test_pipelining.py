@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import websockets.asyncio.client
 from armory_client import (
     ARMORY_KEY,
     ArmoryClientError,
@@ -16,6 +17,7 @@ from armory_client import (
     RobotState,
     ServerError,
     attach,
+    packb,
 )
 from armory_client.runtime import RobotRuntime, RuntimeConfig
 from server_harness import (
@@ -209,3 +211,28 @@ def test_the_metadata_announces_pipelining_and_its_limit() -> None:
 def test_the_pipelining_limit_must_be_positive() -> None:
     with pytest.raises(ValueError, match=r"--server\.max-pipelined-requests must be >= 1"):
         ServerConfig(max_pipelined_requests=0)
+
+
+def test_a_client_that_does_not_pipeline_may_not_send_before_its_reply() -> None:
+    """A plain openpi client (no ``pipelined`` state) that sends a second request while
+    its first is being computed gets an error saying so, then close 1011."""
+    policy = GatedPolicy(make_mock())
+    with running_server(policy, max_batch_size=1) as server:
+
+        async def scenario() -> tuple[str | bytes, int | None]:
+            uri = f"ws://127.0.0.1:{server.port}"
+            async with websockets.asyncio.client.connect(uri, max_size=None) as ws:
+                await ws.recv()  # metadata
+                await ws.send(packb(make_obs(0, 0)))
+                await asyncio.to_thread(policy.next_batch)
+                await ws.send(packb(make_obs(0, 1)))
+                message = await ws.recv()
+                policy.allow(1)
+                await ws.wait_closed()
+                return message, ws.close_code
+
+        message, code = asyncio.run(scenario())
+        stats = server.stats()
+    assert isinstance(message, str)
+    assert "before the reply to its previous one" in message
+    assert code == 1011 and stats.num_errors == 1

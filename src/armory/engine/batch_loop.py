@@ -184,18 +184,24 @@ class BatchLoop:
         observation: Mapping[str, Any],
         *,
         received_s: float,
-        hold_unservable: bool = False,
+        pipelined: bool = False,
     ) -> asyncio.Future[ChunkResult]:
         """Hold ``observation`` as the robot's request; the future resolves with its chunk.
 
-        A request of the robot still waiting for a batch is replaced: its future fails
-        with Superseded. One may wait while the robot's previous chunk is computed.
-        Raises QueueStateError when the request can never be served, unless
-        ``hold_unservable`` (a pipelined robot): then it waits, not eligible, until a
-        newer observation replaces it.
+        Raises QueueStateError when the request can never be served, or when the robot
+        already has a request waiting or being computed. A ``pipelined`` robot (every-tick,
+        sending without waiting for replies) instead replaces its request still waiting
+        (that one's future fails with Superseded), may send while its chunk is computed,
+        and an observation too early to serve waits, not eligible, until a newer one
+        replaces it.
         """
         if self._closing:
             raise ServerClosing("the server is shutting down")
+        if not pipelined and (robot_id in self._waiting or robot_id in self._inflight):
+            raise QueueStateError(
+                "this connection sent a request before the reply to its previous one; send "
+                "one at a time (an Armory client in every-tick mode may pipeline)"
+            )
         replaced = self._waiting.pop(robot_id, None)
         if replaced is not None:
             _fail(replaced.future, Superseded("a newer observation of the robot replaced it"))
@@ -211,7 +217,7 @@ class BatchLoop:
             mirror.remove(robot_id)
             mirror.add(robot_id, plan.limits, received_s)
             mirror.observe(robot_id, plan.report, received_s)
-        if not mirror.is_eligible(robot_id) and not hold_unservable:
+        if not mirror.is_eligible(robot_id) and not pipelined:
             last = mirror.last_chunk_start_of(robot_id)
             need = plan.limits.min_execution_horizon
             raise QueueStateError(

@@ -247,7 +247,7 @@ class ServerEngine:
             plan,
             obs,
             received_s=received_s,
-            hold_unservable=state is not None and state.pipelined,
+            pipelined=state is not None and state.pipelined,
         )
         return AcceptedRequest(
             session=session,
