@@ -274,16 +274,20 @@ class _WaitForTwo(Scheduler):
 
 class _RecordingExecutor:
     """Stands in for the executor: records each batch handed to it, computes nothing
-    (``jobs`` are the futures it returned, for a test to complete)."""
+    (``finish`` hands the n-th batch its outcome, as the worker would)."""
 
     def __init__(self) -> None:
         self.batches: list[int] = []
-        self.jobs: list[asyncio.Future[Any]] = []
+        self._done: list[Callable[[BatchOutcome], None]] = []
 
-    def submit(self, observations: Sequence[Mapping[str, Any]]) -> asyncio.Future[Any]:
+    def start(
+        self, observations: Sequence[Mapping[str, Any]], on_done: Callable[[BatchOutcome], None]
+    ) -> None:
         self.batches.append(len(observations))
-        self.jobs.append(asyncio.get_running_loop().create_future())
-        return self.jobs[-1]
+        self._done.append(on_done)
+
+    def finish(self, n: int, outcome: BatchOutcome) -> None:
+        asyncio.get_running_loop().call_soon(self._done[n], outcome)
 
     def shutdown(self) -> None:
         pass
@@ -334,16 +338,16 @@ def test_the_next_batch_starts_as_the_previous_one_ends() -> None:
         loop.start()
         first = loop.submit(7, _one_action_plan(), make_obs(0), received_s=time.monotonic())
         loop.submit(8, _one_action_plan(), make_obs(1), received_s=time.monotonic())
-        while not executor.jobs:
+        while not executor.batches:
             await asyncio.sleep(0)
         seen_by_the_reply: list[int] = []
         first.add_done_callback(lambda _: seen_by_the_reply.append(len(executor.batches)))
         chunk = np.zeros((10, 7), np.float32)
-        executor.jobs[0].set_result(BatchOutcome(chunks=[chunk], policy_s=0.05, ok=True))
+        executor.finish(0, BatchOutcome(chunks=[chunk], policy_s=0.05, ok=True))
         await first
-        while len(executor.jobs) < 2:
+        while len(executor.batches) < 2:
             await asyncio.sleep(0)
-        executor.jobs[1].set_result(BatchOutcome(chunks=[chunk], policy_s=0.05, ok=True))
+        executor.finish(1, BatchOutcome(chunks=[chunk], policy_s=0.05, ok=True))
         await loop.stop()
         return seen_by_the_reply
 

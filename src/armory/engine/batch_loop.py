@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections import Counter
@@ -150,7 +151,8 @@ class BatchLoop:
         self._inflight: dict[int, _Request] = {}
         self._counters = _Counters()
         self._wake = asyncio.Event()
-        self._running: asyncio.Task[None] | None = None
+        self._running: asyncio.Future[None] | None = None
+        """Done when the batch on the executor is handled (None: the executor is free)."""
         self._task: asyncio.Task[None] | None = None
         self._closing = False
 
@@ -332,28 +334,37 @@ class BatchLoop:
             )
             self._inflight[robot_id] = request
             requests.append(request)
-        # The worker starts now, not when the task below first runs: the loop may have
-        # frames to read before then, and the GPU would wait for them.
+        # The worker starts now, in the step that chose the batch, and its outcome is
+        # handled in the step that wakes for it: the GPU never waits for other work
+        # queued on the loop (frames to read, replies to send).
         dispatched_s = self.clock()
+        running: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         try:
-            job = self.executor.submit([r.observation for r in requests])
+            self.executor.start(
+                [r.observation for r in requests],
+                functools.partial(
+                    self._batch_done, batch, requests, running, dispatched_s, decision_s
+                ),
+            )
         except Exception:
             self._fail_batch(requests)
             raise
-        self._running = asyncio.get_running_loop().create_task(
-            self._run_batch(batch, requests, job, dispatched_s, decision_s)
-        )
+        self._running = running
 
-    async def _run_batch(
+    def _batch_done(
         self,
         batch: Batch,
         requests: list[_Request],
-        job: asyncio.Future[BatchOutcome],
+        running: asyncio.Future[None],
         dispatched_s: float,
         decision_s: float,
+        outcome: BatchOutcome | BaseException,
     ) -> None:
+        """Called on the loop with a batch's outcome: answer its robots, learn its time,
+        and start the next batch at once."""
         try:
-            outcome = await job
+            if isinstance(outcome, BaseException):
+                raise outcome
             forward_s = max(self.clock() - dispatched_s, 1e-9)
             size = len(requests)
             if outcome.ok:
@@ -383,13 +394,15 @@ class BatchLoop:
                             policy_s=outcome.policy_s,
                         )
                     )
-        except BaseException as exc:
+        except Exception:
             self._fail_batch(requests)
-            if not isinstance(exc, Exception):
-                raise
             logger.exception("a batch failed")
+        except BaseException:
+            self._fail_batch(requests)
         finally:
-            self._running = None
+            running.set_result(None)
+            if self._running is running:
+                self._running = None
             # The next batch starts now, before the loop turns to the replies and the
             # frames that came in meanwhile: the executor never waits for them. (A
             # scheduler that asks to wait is asked again by the loop task.)

@@ -1,6 +1,7 @@
 """Runs the policy off the event loop: one worker thread, one batch at a time.
 
-The event loop hands a batch to :meth:`Executor.run` and keeps receiving,
+The event loop hands a batch to :meth:`Executor.start` (or awaits
+:meth:`Executor.run`) and keeps receiving,
 decoding and scheduling while the worker computes it. A batch whose forward
 pass raises is retried one observation at a time, so an observation that passes
 validation but breaks the model costs only its own robot an error; a policy that
@@ -11,9 +12,10 @@ at fault, not a robot).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -50,11 +52,42 @@ class Executor:
         self._shape = (meta.action_horizon, meta.action_dim)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="armory-infer")
 
-    def submit(self, observations: Sequence[Mapping[str, Any]]) -> asyncio.Future[BatchOutcome]:
-        """Hand one batch to the worker thread now (from the event loop); the future
-        resolves on the loop when it is computed."""
+    def start(
+        self,
+        observations: Sequence[Mapping[str, Any]],
+        on_done: Callable[[BatchOutcome | BaseException], None],
+    ) -> None:
+        """Hand one batch to the worker thread now (from the event loop); ``on_done`` is
+        called on the loop with its outcome (or what the worker raised) as soon as it is
+        computed, in the loop step that wakes for it."""
         loop = asyncio.get_running_loop()
-        return loop.run_in_executor(self._pool, self._run_sync, list(observations))
+        batch = list(observations)
+
+        def work() -> None:
+            outcome: BatchOutcome | BaseException
+            try:
+                outcome = self._run_sync(batch)
+            except BaseException as exc:
+                outcome = exc
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(on_done, outcome)
+
+        self._pool.submit(work)
+
+    def submit(self, observations: Sequence[Mapping[str, Any]]) -> asyncio.Future[BatchOutcome]:
+        """:meth:`start` with a future that resolves on the loop with the outcome."""
+        future: asyncio.Future[BatchOutcome] = asyncio.get_running_loop().create_future()
+
+        def resolve(outcome: BatchOutcome | BaseException) -> None:
+            if future.done():
+                return
+            if isinstance(outcome, BaseException):
+                future.set_exception(outcome)
+            else:
+                future.set_result(outcome)
+
+        self.start(observations, resolve)
+        return future
 
     async def run(self, observations: Sequence[Mapping[str, Any]]) -> BatchOutcome:
         """Compute one batch in the worker thread; the event loop stays free meanwhile."""
