@@ -236,3 +236,36 @@ def test_a_client_that_does_not_pipeline_may_not_send_before_its_reply() -> None
     assert isinstance(message, str)
     assert "before the reply to its previous one" in message
     assert code == 1011 and stats.num_errors == 1
+
+
+def test_a_pipelined_robot_that_drops_with_requests_outstanding_costs_nobody_else() -> None:
+    """b has one request being computed and two waiting behind it when its connection
+    is cut: its chunks are thrown away, a's request in the same loop is answered."""
+    policy = GatedPolicy(make_mock())
+    with running_server(policy, max_batch_size=1) as server:
+
+        async def scenario() -> dict:
+            b = AsyncPolicyClient("127.0.0.1", server.port, request_timeout_s=10.0)
+            first = asyncio.ensure_future(b.infer(attach(make_obs(1, 0), pipelined_state("b", 0))))
+            await asyncio.to_thread(policy.next_batch)
+            later = [
+                asyncio.ensure_future(b.infer(attach(make_obs(1, i), pipelined_state("b", i))))
+                for i in (2, 3)
+            ]
+            a = AsyncPolicyClient("127.0.0.1", server.port, request_timeout_s=10.0)
+            reply_a = asyncio.ensure_future(a.infer(attach(make_obs(0), pipelined_state("a", 0))))
+            await _requests_in(server, 4)
+            assert b._conn is not None
+            b._conn.transport.abort()
+            await asyncio.gather(first, *later, return_exceptions=True)
+            while (await asyncio.to_thread(server.stats)).num_sessions > 1:
+                await asyncio.sleep(0.01)
+            policy.allow(2)
+            result = await reply_a
+            await a.close()
+            return result
+
+        reply_a = asyncio.run(scenario())
+        stats = server.stats()
+    np.testing.assert_array_equal(reply_a["actions"], expected_actions(policy, make_obs(0)))
+    assert stats.num_errors == 0 and stats.num_dropped_chunks == 1
