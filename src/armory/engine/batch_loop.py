@@ -394,15 +394,13 @@ class BatchLoop:
                             policy_s=outcome.policy_s,
                         )
                     )
-        except Exception:
+        except BaseException as exc:
             self._fail_batch(requests)
-            logger.exception("a batch failed")
-        except BaseException:
-            self._fail_batch(requests)
+            if isinstance(exc, Exception):
+                logger.exception("a batch failed")
         finally:
             running.set_result(None)
-            if self._running is running:
-                self._running = None
+            self._running = None
             # The next batch starts now, before the loop turns to the replies and the
             # frames that came in meanwhile: the executor never waits for them. (A
             # scheduler that asks to wait is asked again by the loop task.)

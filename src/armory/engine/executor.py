@@ -74,12 +74,13 @@ class Executor:
 
         self._pool.submit(work)
 
-    def submit(self, observations: Sequence[Mapping[str, Any]]) -> asyncio.Future[BatchOutcome]:
-        """:meth:`start` with a future that resolves on the loop with the outcome."""
+    async def run(self, observations: Sequence[Mapping[str, Any]]) -> BatchOutcome:
+        """Compute one batch in the worker thread (:meth:`start`, awaited); the event loop
+        stays free meanwhile."""
         future: asyncio.Future[BatchOutcome] = asyncio.get_running_loop().create_future()
 
         def resolve(outcome: BatchOutcome | BaseException) -> None:
-            if future.done():
+            if future.done():  # the caller stopped waiting
                 return
             if isinstance(outcome, BaseException):
                 future.set_exception(outcome)
@@ -87,11 +88,7 @@ class Executor:
                 future.set_result(outcome)
 
         self.start(observations, resolve)
-        return future
-
-    async def run(self, observations: Sequence[Mapping[str, Any]]) -> BatchOutcome:
-        """Compute one batch in the worker thread; the event loop stays free meanwhile."""
-        return await self.submit(observations)
+        return await future
 
     def shutdown(self) -> None:
         """Called once when the server stops; waits for a running batch to finish."""
