@@ -135,7 +135,8 @@ class OpenpiWebSocketTransport(Transport):
                     # The connection ends: requests still waiting are dropped, replies
                     # already being sent go first, then the error, then close.
                     self.engine.close_session(session)
-                    await self._answer(ws, session, accepted, previous)
+                    await _after(previous)
+                    await self._refuse(ws, session, accepted)
                     break
                 previous = asyncio.create_task(self._answer(ws, session, accepted, previous))
                 answers.add(previous)
@@ -173,25 +174,20 @@ class OpenpiWebSocketTransport(Transport):
         self,
         ws: ServerConnection,
         session: Session,
-        accepted: AcceptedRequest | RequestError,
+        accepted: AcceptedRequest,
         previous: asyncio.Task[None] | None,
     ) -> None:
         """Wait for one request's reply and send it once the replies before it are sent
         (replies keep the order of requests); an error is sent, then the connection closed."""
         try:
             try:
-                if isinstance(accepted, RequestError):
-                    raise accepted
                 reply = await self.engine.answer(accepted)
             finally:
-                if previous is not None and not previous.done():
-                    await asyncio.wait({previous})
+                await _after(previous)
         except SessionClosed:
             return
         except RequestError as exc:
-            self.engine.count_error()
-            logger.info("request of %s (%s) refused: %s", session.robot_name, session.peer, exc)
-            await self._send_error(ws, str(exc))
+            await self._refuse(ws, session, exc)
             return
         except Exception:
             logger.exception("a request of %s (%s) failed", session.robot_name, session.peer)
@@ -207,6 +203,12 @@ class OpenpiWebSocketTransport(Transport):
         except ConnectionClosed:
             return
         self.engine.reply_sent(session, reply, self.engine.clock(), encode_s=encode_s)
+
+    async def _refuse(self, ws: ServerConnection, session: Session, exc: RequestError) -> None:
+        """A request's error, counted, logged and sent to its robot alone."""
+        self.engine.count_error()
+        logger.info("request of %s (%s) refused: %s", session.robot_name, session.peer, exc)
+        await self._send_error(ws, str(exc))
 
     async def _send_error(self, ws: ServerConnection, message: str) -> None:
         """The error as a text frame, then close 1011 (openpi's convention)."""
@@ -227,3 +229,9 @@ def _peer(connection: ServerConnection) -> str:
     if isinstance(address, tuple) and len(address) >= 2:
         return f"{address[0]}:{address[1]}"
     return str(address)
+
+
+async def _after(earlier: asyncio.Task[None] | None) -> None:
+    """Wait until ``earlier`` (the previous request's answer) is done; at once if it is."""
+    if earlier is not None and not earlier.done():
+        await asyncio.wait({earlier})
