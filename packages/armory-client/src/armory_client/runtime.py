@@ -428,8 +428,7 @@ class RobotRuntime:
             obs = {**obs, **frozen.to_wire()}
         sent_s = self._clock() - (self._t0_s if self._t0_s is not None else self._clock())
         task = asyncio.create_task(self._request_chunk(attach(obs, state), state, sent_s=sent_s))
-        self._requests.add(task)
-        task.add_done_callback(self._requests.discard)
+        self._requests.add(task)  # removed by the task itself, or by `_shut_down`
 
     async def _request_chunk(
         self, payload: dict[str, Any], sent: RobotState, *, sent_s: float
