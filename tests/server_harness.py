@@ -8,6 +8,7 @@ each request it sent.
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import subprocess
 import sys
@@ -17,7 +18,9 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
-from armory_client import RobotState
+from armory_client import AsyncPolicyClient, RobotState
+from armory_client.runtime import RobotRuntime, RuntimeConfig
+from armory_client.runtime_stats import RuntimeSummary
 
 from armory.engine.config import ServerConfig
 from armory.engine.latency_profile import LinearProfileConfig
@@ -172,3 +175,17 @@ def every_tick_state(
         defer_after_s=defer_after_s,
         pipelined=pipelined,
     )
+
+
+def run_runtimes(port: int, configs: Sequence[RuntimeConfig]) -> list[RuntimeSummary]:
+    """One RobotRuntime per config (a RecordingRobot seeded by its position, its own
+    AsyncPolicyClient) against 127.0.0.1:``port``, all at once; their summaries."""
+
+    async def fleet() -> list[RuntimeSummary]:
+        runtimes = [
+            RobotRuntime(RecordingRobot(i), AsyncPolicyClient("127.0.0.1", port), config)
+            for i, config in enumerate(configs)
+        ]
+        return await asyncio.gather(*(r.run() for r in runtimes))
+
+    return asyncio.run(fleet())

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 from armory_client import AsyncPolicyClient
 from armory_client.runtime import RobotRuntime, RuntimeConfig
-from armory_client.runtime_stats import RuntimeSummary
-from server_harness import RecordingRobot, make_mock, running_server
+from server_harness import RecordingRobot, make_mock, run_runtimes, running_server
 
 RATES_HZ = [10.0, 20.0, 30.0, 15.0, 20.0, 30.0, 25.0, 40.0]
 
@@ -20,26 +19,20 @@ def test_runtime_fleet_within_capacity_does_not_starve(mode: str) -> None:
     """8 runtimes at 10-40 Hz in directed or threshold mode: no errors, (almost) no
     starved ticks, and the server batches their requests."""
     with running_server(make_mock(), max_batch_size=4) as server:
-
-        async def fleet() -> list[RuntimeSummary]:
-            runtimes = [
-                RobotRuntime(
-                    RecordingRobot(i),
-                    AsyncPolicyClient("127.0.0.1", server.port),
-                    RuntimeConfig(
-                        robot_id=f"robot-{i}",
-                        control_hz=hz,
-                        max_execution_horizon=8,
-                        min_execution_horizon=2,
-                        request_mode=mode,
-                        duration_s=1.5,
-                    ),
+        summaries = run_runtimes(
+            server.port,
+            [
+                RuntimeConfig(
+                    robot_id=f"robot-{i}",
+                    control_hz=hz,
+                    max_execution_horizon=8,
+                    min_execution_horizon=2,
+                    request_mode=mode,
+                    duration_s=1.5,
                 )
                 for i, hz in enumerate(RATES_HZ)
-            ]
-            return await asyncio.gather(*(r.run() for r in runtimes))
-
-        summaries = asyncio.run(fleet())
+            ],
+        )
         stats = server.stats()
     for summary in summaries:
         assert summary.num_request_errors == 0

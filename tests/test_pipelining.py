@@ -19,14 +19,14 @@ from armory_client import (
     attach,
     packb,
 )
-from armory_client.runtime import RobotRuntime, RuntimeConfig
+from armory_client.runtime import RuntimeConfig
 from server_harness import (
     GatedPolicy,
-    RecordingRobot,
     every_tick_state,
     expected_actions,
     make_mock,
     make_obs,
+    run_runtimes,
     running_server,
 )
 
@@ -159,27 +159,21 @@ def test_every_tick_runtimes_pipeline_when_the_server_allows_it(pipelining: bool
     server defers what no batch took within two ticks. Either way no request fails and
     every robot keeps receiving chunks."""
     with running_server(make_mock(), max_batch_size=1) as server:
-
-        async def fleet() -> list:
-            runtimes = [
-                RobotRuntime(
-                    RecordingRobot(i),
-                    AsyncPolicyClient("127.0.0.1", server.port),
-                    RuntimeConfig(
-                        robot_id=f"robot-{i}",
-                        control_hz=30.0,
-                        max_execution_horizon=10,
-                        min_execution_horizon=2,
-                        request_mode="every-tick",
-                        pipelining=pipelining,
-                        duration_s=1.5,
-                    ),
+        summaries = run_runtimes(
+            server.port,
+            [
+                RuntimeConfig(
+                    robot_id=f"robot-{i}",
+                    control_hz=30.0,
+                    max_execution_horizon=10,
+                    min_execution_horizon=2,
+                    request_mode="every-tick",
+                    pipelining=pipelining,
+                    duration_s=1.5,
                 )
                 for i in range(6)
-            ]
-            return await asyncio.gather(*(r.run() for r in runtimes))
-
-        summaries = asyncio.run(fleet())
+            ],
+        )
         stats = server.stats()
     assert stats.num_errors == 0
     replaced = stats.num_superseded if pipelining else stats.num_deferred
