@@ -12,9 +12,8 @@ starvation and 5% of throughput.
 
 A fleet at the edge of its GPU's capacity can turn on a tenth of a millisecond of
 forward pass; the last column therefore also simulates the fleet with the
-latencies the real server learned (forward pass as the server measured it:
-dispatch to results back on its event loop) and gives the real run's distance to
-that, in percentage points of starvation.
+latencies the real server learned (the worker's own time per forward pass) and
+gives the real run's distance to that, in percentage points of starvation.
 
 ``--modes`` runs each fleet file once per request mode (the file's own by default).
 

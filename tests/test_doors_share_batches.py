@@ -98,7 +98,9 @@ def test_openpi_groot_and_lerobot_robots_share_one_batch(monkeypatch: pytest.Mon
     )
     server = ArmoryServer(
         policy,
-        ServerConfig(max_batch_size=4),
+        # The test holds the first batch until all three asked: the next is decided when
+        # it ends.
+        ServerConfig(max_batch_size=4, decide_ahead_s=0.0),
         port=0,
         scheduler=make_scheduler(SchedulerConfig(name="max-batch")),
         doors=[GrootDoorConfig(port=0).door("127.0.0.1"), lerobot_door.door("127.0.0.1")],

@@ -293,7 +293,9 @@ class _RecordingExecutor:
         pass
 
 
-def _recording_loop(*, max_batch_size: int) -> tuple[_RecordingExecutor, BatchLoop]:
+def _recording_loop(
+    *, max_batch_size: int, decide_ahead_s: float = 0.0, clock: Callable[[], float] = time.monotonic
+) -> tuple[_RecordingExecutor, BatchLoop]:
     """A max-batch loop over a recording executor (50 ms forward passes)."""
     executor = _RecordingExecutor()
     loop = BatchLoop(
@@ -301,16 +303,27 @@ def _recording_loop(*, max_batch_size: int) -> tuple[_RecordingExecutor, BatchLo
         make_scheduler("max-batch"),
         LatencyProfile({1: 0.05}),
         max_batch_size=max_batch_size,
+        clock=clock,
+        decide_ahead_s=decide_ahead_s,
     )
     return executor, loop
 
 
-def _one_action_plan() -> RequestPlan:
+_LIMITS = RobotLimits(
+    control_hz=20.0, min_execution_horizon=1, max_execution_horizon=10, downlink_s=0.004
+)
+
+
+def _one_action_plan(action_index: int = 0, actions_left: int = 0) -> RequestPlan:
     return RequestPlan(
-        limits=RobotLimits(control_hz=20.0, min_execution_horizon=1, max_execution_horizon=10),
-        report=QueueReport(action_index=0, actions_left=0),
+        limits=_LIMITS,
+        report=QueueReport(action_index=action_index, actions_left=actions_left),
         reset=False,
     )
+
+
+def _chunk_outcome(policy_s: float) -> BatchOutcome:
+    return BatchOutcome(chunks=[np.zeros((10, 7), np.float32)], policy_s=policy_s, ok=True)
 
 
 def test_dispatch_hands_the_batch_to_the_worker_before_the_loop_turns() -> None:
@@ -352,6 +365,104 @@ def test_the_next_batch_starts_as_the_previous_one_ends() -> None:
         return seen_by_the_reply
 
     assert run(scenario) == [2]
+
+
+def test_the_next_batch_is_decided_ahead_and_queued_behind_the_running_one() -> None:
+    """decide_ahead_s before the running batch should end, the loop decides the next one as
+    if that end were now and hands it to the worker, which runs it as the first ends: its
+    chunk is expected one forward pass after that end. Nothing more is decided when the
+    first ends, and the profile learns the worker's own times."""
+
+    async def scenario() -> tuple[list[tuple[int, float]], int, float]:
+        executor, loop = _recording_loop(max_batch_size=1, decide_ahead_s=0.04, clock=lambda: 100.0)
+        loop.start()
+        first = loop.submit(7, _one_action_plan(), make_obs(0), received_s=100.0)
+        second = loop.submit(8, _one_action_plan(), make_obs(1), received_s=100.0)
+        while len(executor.batches) < 2:  # 100.05 - 0.04: 10 ms from the first dispatch
+            await asyncio.sleep(0.001)
+        assert not first.done()
+        expected = loop.mirror.pending_of(8)
+        executor.finish(0, _chunk_outcome(0.05))
+        await first
+        await asyncio.sleep(0.02)  # past the next ahead decision: nothing is waiting
+        handed = len(executor.batches)
+        executor.finish(1, _chunk_outcome(0.08))
+        await second
+        await loop.stop()
+        return expected, handed, loop.profile.latency_s(1)
+
+    expected, handed, learned = run(scenario)
+    assert expected == [(0, pytest.approx(100.0 + 0.05 + 0.05 + 0.004))]
+    assert handed == 2
+    assert learned == pytest.approx(0.065)  # median of the worker's 0.05 and 0.08
+
+
+def test_a_pipelined_robot_in_the_running_and_the_queued_batch_keeps_both_requests() -> None:
+    """A pipelined robot's newer observation is queued behind the batch that computes its
+    older one: each request is its own; a disconnect fails both and drops both chunks."""
+
+    async def scenario() -> tuple[list[int], int]:
+        executor, loop = _recording_loop(max_batch_size=1, decide_ahead_s=0.04, clock=lambda: 100.0)
+        loop.start()
+        older = loop.submit(
+            7, _one_action_plan(0, 5), make_obs(0), received_s=100.0, pipelined=True
+        )
+        while not executor.batches:
+            await asyncio.sleep(0)
+        newer = loop.submit(
+            7, _one_action_plan(2, 3), make_obs(0, 2), received_s=100.0, pipelined=True
+        )
+        while len(executor.batches) < 2:
+            await asyncio.sleep(0.001)
+        starts = [start for start, _ in loop.mirror.pending_of(7)]
+        loop.remove(7)
+        for request in (older, newer):
+            with pytest.raises(SessionClosed):
+                await request
+        executor.finish(0, _chunk_outcome(0.05))
+        executor.finish(1, _chunk_outcome(0.05))
+        await loop.stop()
+        return starts, loop.stats().num_dropped_chunks
+
+    starts, dropped = run(scenario)
+    assert starts == [0, 2]
+    assert dropped == 2
+
+
+def test_a_batch_decided_ahead_waits_for_a_running_one_that_overruns() -> None:
+    """The queued batch keeps its robots while the running one overruns its expected end;
+    a robot that asks meanwhile goes into the batch after it."""
+
+    async def scenario() -> list[int]:
+        executor, loop = _recording_loop(max_batch_size=4, decide_ahead_s=0.04, clock=lambda: 100.0)
+        loop.start()
+        loop.submit(7, _one_action_plan(), make_obs(0), received_s=100.0)
+        while not executor.batches:
+            await asyncio.sleep(0)
+        loop.submit(8, _one_action_plan(), make_obs(1), received_s=100.0)
+        while len(executor.batches) < 2:
+            await asyncio.sleep(0.001)
+        late = loop.submit(9, _one_action_plan(), make_obs(2), received_s=100.0)
+        await asyncio.sleep(0.1)  # the first batch overruns: nothing more is decided
+        assert len(executor.batches) == 2
+        executor.finish(0, _chunk_outcome(0.15))
+        executor.finish(1, _chunk_outcome(0.05))
+        while len(executor.batches) < 3:
+            await asyncio.sleep(0.001)
+        executor.finish(2, _chunk_outcome(0.05))
+        await late
+        await loop.stop()
+        return executor.batches
+
+    assert run(scenario) == [1, 1, 1]
+
+
+def test_server_config_checks_the_executor_options() -> None:
+    with pytest.raises(ValueError, match=r"--server\.decide-ahead-s must be >= 0"):
+        ServerConfig(decide_ahead_s=-0.001)
+    with pytest.raises(ValueError, match=r"--server\.switch-interval-s must be in \(0, 1\]"):
+        ServerConfig(switch_interval_s=0.0)
+    assert ServerConfig(switch_interval_s=None).switch_interval_s is None
 
 
 def test_wait_until_is_honoured() -> None:

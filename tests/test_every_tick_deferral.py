@@ -23,7 +23,8 @@ def test_an_observation_waiting_past_defer_after_is_answered_deferred() -> None:
     """Robot a holds the only executor slot; robot b's every-tick observation is answered
     "deferred" with no actions, and b's next observation is the one served."""
     policy = GatedPolicy(make_mock())
-    with running_server(policy, max_batch_size=1) as server:
+    # a's batch is held past its expected end: nothing is decided until it ends.
+    with running_server(policy, max_batch_size=1, decide_ahead_s=0.0) as server:
         a = PolicyClient("127.0.0.1", server.port, request_timeout_s=10.0)
         b = PolicyClient("127.0.0.1", server.port, request_timeout_s=10.0)
 

@@ -384,7 +384,10 @@ def test_client_killed_mid_batch_does_not_disturb_the_others() -> None:
     """A robot process killed while its observation is in the running forward pass: the
     batch's other robots are answered, its chunk is dropped, serving goes on."""
     policy = GatedPolicy(make_mock())
-    with running_server(policy, max_batch_size=4, scheduler=make_scheduler("max-batch")) as server:
+    # The test holds batch 1 until everyone asked: batch 2 is decided when 1 ends.
+    with running_server(
+        policy, max_batch_size=4, scheduler=make_scheduler("max-batch"), decide_ahead_s=0.0
+    ) as server:
         victim_obs = make_obs(77)
         with ThreadPoolExecutor(3) as pool:
             clients = [PolicyClient("127.0.0.1", server.port).connect() for _ in range(3)]

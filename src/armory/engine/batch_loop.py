@@ -133,6 +133,7 @@ class BatchLoop:
         clock: Clock = time.monotonic,
         check_invariants: bool = True,
         idle_poll_s: float = 0.05,
+        decide_ahead_s: float = 0.0,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -144,15 +145,25 @@ class BatchLoop:
         self.check_invariants = check_invariants
         self.idle_poll_s = idle_poll_s
         """Re-ask a scheduler that returned an empty batch without ``wait_until_s`` after this."""
+        self.decide_ahead_s = decide_ahead_s
+        """Decide the next batch this long before the running one should end, and queue it
+        behind it (0: when it ends)."""
         self.mirror = QueueMirror()
         self.recent_batch_size = 1.0
         """Moving average of batch sizes (used to tell robots when to ask again)."""
         self._waiting: dict[int, _Request] = {}
-        self._inflight: dict[int, _Request] = {}
+        self._inflight: dict[int, list[_Request]] = {}
+        """Requests handed to the worker, per robot (a pipelined robot may have one in the
+        running batch and one in the batch queued behind it)."""
         self._counters = _Counters()
         self._wake = asyncio.Event()
         self._running: asyncio.Future[None] | None = None
         """Done when the batch on the executor is handled (None: the executor is free)."""
+        self._running_end_s = 0.0
+        """When the running batch is expected to end (learned latency from its start)."""
+        self._queued: tuple[asyncio.Future[None], float] | None = None
+        """A batch decided ahead and queued behind the running one, with its latency."""
+        self._ahead: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[None] | None = None
         self._closing = False
 
@@ -168,9 +179,12 @@ class BatchLoop:
         for request in list(self._waiting.values()):
             _fail(request.future, ServerClosing("the server is shutting down"))
         self._waiting.clear()
-        if self._running is not None:
-            with contextlib.suppress(Exception):
-                await self._running
+        if self._ahead is not None:
+            self._ahead.cancel()
+        for handled in (self._running, self._queued[0] if self._queued else None):
+            if handled is not None:
+                with contextlib.suppress(Exception):
+                    await handled
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -199,7 +213,7 @@ class BatchLoop:
         """
         if self._closing:
             raise ServerClosing("the server is shutting down")
-        if not pipelined and (robot_id in self._waiting or robot_id in self._inflight):
+        if not pipelined and (robot_id in self._waiting or self._inflight.get(robot_id)):
             raise QueueStateError(
                 "this connection sent a request before the reply to its previous one; send "
                 "one at a time (an Armory client in every-tick mode may pipeline)"
@@ -254,8 +268,8 @@ class BatchLoop:
 
     def remove(self, robot_id: int) -> None:
         """Forget a robot whose connection closed; a chunk being computed for it is dropped."""
-        for requests in (self._waiting, self._inflight):
-            request = requests.pop(robot_id, None)
+        waiting = self._waiting.pop(robot_id, None)
+        for request in [waiting, *self._inflight.pop(robot_id, [])]:
             if request is not None:
                 _fail(request.future, SessionClosed("the robot's connection closed"))
         if robot_id in self.mirror:
@@ -288,12 +302,23 @@ class BatchLoop:
 
     def _decide_if_free(self) -> float | None:
         """Decide when the executor is free and requests wait; how long to sleep before
-        asking again (None: until something changes). A failing scheduler fails the
-        waiting requests."""
+        asking again (None: until something changes)."""
         if self._running is not None or not self._waiting:
             return None
+        return self._decide_or_fail(self.clock(), ahead=False)
+
+    def _decide_ahead(self) -> None:
+        """Timer, shortly before the running batch should end: decide the next batch as
+        if that end were now, and queue it behind the running one."""
+        self._ahead = None
+        if self._running is None or self._queued is not None or not self._waiting:
+            return
+        self._decide_or_fail(max(self._running_end_s, self.clock()), ahead=True)
+
+    def _decide_or_fail(self, now_s: float, *, ahead: bool) -> float | None:
+        """:meth:`_decide`; a failing scheduler fails the waiting requests."""
         try:
-            return self._decide()
+            return self._decide(now_s, ahead=ahead)
         except Exception:
             logger.exception("scheduling failed; failing the waiting requests")
             for request in self._waiting.values():
@@ -301,10 +326,12 @@ class BatchLoop:
             self._waiting.clear()
             return None
 
-    def _decide(self) -> float | None:
-        """Ask the scheduler; start a batch, or return how long to sleep before asking again
+    def _decide(self, now_s: float | None = None, *, ahead: bool = False) -> float | None:
+        """Ask the scheduler at ``now_s`` (default: the clock); start a batch (``ahead``:
+        queue it behind the running one), or return how long to sleep before asking again
         (None: until something changes)."""
-        now_s = self.clock()
+        if now_s is None:
+            now_s = self.clock()
         started = time.perf_counter()
         max_batch = self.max_batch_size
         snapshot = self.mirror.snapshot(now_s, self.profile.table(max_batch), max_batch)
@@ -320,10 +347,12 @@ class BatchLoop:
             if batch.wait_until_s is None:
                 return self.idle_poll_s
             return max(batch.wait_until_s - now_s, _MIN_WAIT_S)
-        self._dispatch(batch, now_s, decision_s)
+        self._dispatch(batch, now_s, decision_s, ahead=ahead)
         return None
 
-    def _dispatch(self, batch: Batch, now_s: float, decision_s: float) -> None:
+    def _dispatch(self, batch: Batch, now_s: float, decision_s: float, *, ahead: bool) -> None:
+        """Hand ``batch``, which starts at ``now_s``, to the worker: at once, or (``ahead``)
+        queued behind the running batch."""
         size = len(batch.robot_ids)
         latency_s = self.profile.latency_s(size)
         requests = []
@@ -332,51 +361,65 @@ class BatchLoop:
             request.chunk_start = self.mirror.dispatch(
                 robot_id, now_s + latency_s + request.downlink_s
             )
-            self._inflight[robot_id] = request
+            self._inflight.setdefault(robot_id, []).append(request)
             requests.append(request)
-        # The worker starts now, in the step that chose the batch, and its outcome is
-        # handled in the step that wakes for it: the GPU never waits for other work
-        # queued on the loop (frames to read, replies to send).
+        # The worker gets the batch in the step that chose it, and its outcome is handled
+        # in the step that wakes for it: the GPU never waits for other work queued on the
+        # loop (frames to read, replies to send).
         dispatched_s = self.clock()
-        running: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        handled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         try:
             self.executor.start(
                 [r.observation for r in requests],
                 functools.partial(
-                    self._batch_done, batch, requests, running, dispatched_s, decision_s
+                    self._batch_done, batch, requests, handled, dispatched_s, decision_s
                 ),
             )
         except Exception:
             self._fail_batch(requests)
             raise
-        self._running = running
+        if ahead:
+            self._queued = (handled, latency_s)
+        else:
+            self._start_running(handled, dispatched_s + latency_s)
+
+    def _start_running(self, handled: asyncio.Future[None], end_s: float) -> None:
+        """``handled`` is now the batch on the executor, expected to end at ``end_s``; the
+        next one is decided ``decide_ahead_s`` before that."""
+        self._running = handled
+        self._running_end_s = end_s
+        if self._closing or not self.decide_ahead_s:
+            return
+        delay_s = max(end_s - self.decide_ahead_s - self.clock(), 0.0)
+        self._ahead = asyncio.get_running_loop().call_later(delay_s, self._decide_ahead)
 
     def _batch_done(
         self,
         batch: Batch,
         requests: list[_Request],
-        running: asyncio.Future[None],
+        handled: asyncio.Future[None],
         dispatched_s: float,
         decision_s: float,
         outcome: BatchOutcome | BaseException,
     ) -> None:
         """Called on the loop with a batch's outcome: answer its robots, learn its time,
-        and start the next batch at once."""
+        and make sure the next batch is on the executor."""
         try:
             if isinstance(outcome, BaseException):
                 raise outcome
             forward_s = max(self.clock() - dispatched_s, 1e-9)
             size = len(requests)
+            # The worker's own time: a batch queued behind another waited for it first.
             if outcome.ok:
-                self.profile.observe(size, forward_s)
-            self.scheduler.on_batch_done(batch, forward_s)
+                self.profile.observe(size, outcome.policy_s)
+            self.scheduler.on_batch_done(batch, outcome.policy_s)
             c = self._counters
             c.num_batches += 1
             c.batch_sizes[size] += 1
-            c.busy_s += forward_s
+            c.busy_s += outcome.policy_s
             self.recent_batch_size += BATCH_SIZE_SMOOTHING * (size - self.recent_batch_size)
             for request, chunk in zip(requests, outcome.chunks, strict=True):
-                self._inflight.pop(request.robot_id, None)
+                self._leave_inflight(request)
                 if request.future.done():
                     c.num_dropped_chunks += 1
                 elif isinstance(chunk, PolicyError):
@@ -399,18 +442,37 @@ class BatchLoop:
             if isinstance(exc, Exception):
                 logger.exception("a batch failed")
         finally:
-            running.set_result(None)
-            self._running = None
-            # The next batch starts now, before the loop turns to the replies and the
-            # frames that came in meanwhile: the executor never waits for them. (A
-            # scheduler that asks to wait is asked again by the loop task.)
+            handled.set_result(None)
+            self._next_after(handled)
+
+    def _next_after(self, handled: asyncio.Future[None]) -> None:
+        """The batch ``handled`` is done: a batch queued behind it is running now; else the
+        next one is decided now, before the loop turns to the replies and the frames that
+        came in meanwhile (a scheduler that asks to wait is asked again by the loop task).
+        The worker runs batches in the order it got them, so ``handled`` is the running one."""
+        if self._ahead is not None:
+            self._ahead.cancel()
+            self._ahead = None
+        self._running = None
+        if self._queued is not None:
+            queued, latency_s = self._queued
+            self._queued = None
+            self._start_running(queued, self.clock() + latency_s)
+        else:
             self._decide_if_free()
-            self._wake.set()
+        self._wake.set()
+
+    def _leave_inflight(self, request: _Request) -> None:
+        requests = self._inflight.get(request.robot_id)
+        if requests is not None and request in requests:
+            requests.remove(request)
+            if not requests:
+                del self._inflight[request.robot_id]
 
     def _fail_batch(self, requests: list[_Request]) -> None:
         """A batch that could not be computed: each of its robots gets an error."""
         for request in requests:
-            self._inflight.pop(request.robot_id, None)
+            self._leave_inflight(request)
             _fail(request.future, RequestError("the server failed to compute this chunk"))
 
 

@@ -73,6 +73,14 @@ class ServerConfig:
     max_pipelined_requests: int = 32
     """Most requests of one connection awaiting their replies at once (a pipelined
     every-tick robot sends without waiting); one more is refused with an error."""
+    # The executor
+    decide_ahead_s: float = 0.002
+    """The next batch is decided this long before the running forward pass is expected to
+    end and queued behind it, so passes run back to back; 0: decided when it ends."""
+    switch_interval_s: float | None = 0.001
+    """The server process's thread switch interval (``sys.setswitchinterval``; Python's is
+    0.005): the longest the worker thread waits for the interpreter lock after a forward
+    pass while the event loop is busy. None leaves Python's."""
     # Timeouts
     close_timeout_s: float = 2.0
     """Seconds to wait for a robot's close handshake after an error."""
@@ -94,6 +102,13 @@ class ServerConfig:
         if self.max_pipelined_requests < 1:
             raise ValueError(
                 f"--server.max-pipelined-requests must be >= 1, got {self.max_pipelined_requests}"
+            )
+        if not (self.decide_ahead_s >= 0 and math.isfinite(self.decide_ahead_s)):
+            raise ValueError(f"--server.decide-ahead-s must be >= 0, got {self.decide_ahead_s}")
+        if self.switch_interval_s is not None and not 0 < self.switch_interval_s <= 1:
+            raise ValueError(
+                "--server.switch-interval-s must be in (0, 1] seconds, got "
+                f"{self.switch_interval_s}"
             )
         if not self.close_timeout_s > 0:
             raise ValueError(f"--server.close-timeout-s must be > 0, got {self.close_timeout_s}")

@@ -11,6 +11,7 @@ raises concerns that robot alone.
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -167,6 +168,7 @@ class ServerEngine:
             max_batch_size=config.max_batch_size,
             clock=clock,
             check_invariants=config.check_invariants,
+            decide_ahead_s=config.decide_ahead_s,
         )
         self._sessions: dict[int, Session] = {}
         self._by_name: dict[str, Session] = {}
@@ -181,6 +183,10 @@ class ServerEngine:
     # ---- lifecycle -----------------------------------------------------
 
     async def start(self) -> None:
+        if self.config.switch_interval_s is not None:
+            # Process-wide: a forward pass's results wait for the interpreter lock while
+            # the event loop decodes frames, up to one switch interval.
+            sys.setswitchinterval(self.config.switch_interval_s)
         self.loop.start()
 
     async def stop(self) -> None:
