@@ -17,6 +17,11 @@ gives the real run's distance to that, in percentage points of starvation.
 
 ``--modes`` runs each fleet file once per request mode (the file's own by default).
 
+The machine's CPU steal during the real runs (the share of time its virtual CPUs
+waited for the host, from /proc/stat; "-" where there is none) is printed beside
+each row: on a shared host the server's time around each forward pass, and with it
+every-tick's starvation, grows with it.
+
     python benchmarks/sim_vs_real.py [--duration 20] [--seeds 3] [--real-runs 3] [--fleets FILE ...]
 """
 
@@ -59,6 +64,22 @@ def simulated(fleet: FleetSpec, duration_s: float, num_seeds: int) -> tuple[floa
     )
 
 
+def cpu_times() -> tuple[int, int] | None:
+    """(steal, total) jiffies of all CPUs so far, from /proc/stat; None off Linux."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    except OSError:
+        return None
+    values = [int(v) for v in fields[1:9]]  # user .. steal
+    return values[7], sum(values)
+
+
+def steal_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -> str:
+    if before is None or after is None or after[1] == before[1]:
+        return "-"
+    return f"{100 * (after[0] - before[0]) / (after[1] - before[1]):.1f}%"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=20.0)
@@ -83,6 +104,7 @@ def main() -> None:
             fleet = dataclasses.replace(fleet, request_mode=mode)
         sim_starved, sim_thr = simulated(fleet, args.duration, args.seeds)
         reals, learned_runs = [], []
+        cpu_before = cpu_times()
         for seed in range(args.real_runs):
             with mock_server(fleet) as server:
                 reals.append(
@@ -91,6 +113,7 @@ def main() -> None:
                     )
                 )
                 learned_runs.append(server.stats().latency_points_s)
+        steal = steal_share(cpu_before, cpu_times())
         # The learned forward pass per batch size, averaged over the runs that ran it.
         learned = {
             b: float(np.mean([run[b] for run in learned_runs if b in run]))
@@ -122,6 +145,7 @@ def main() -> None:
                 "yes" if agree else "NO",
                 f"{1e3 * learned.get(1, float('nan')):.2f}",
                 f"{100 * (real_starved - learned_starved):+.1f}",
+                steal,
             ),
         )
         print(f"{fleet.name} ({fleet.request_mode}): done", flush=True)
@@ -139,6 +163,7 @@ def main() -> None:
         "agree",
         "learned b=1 ms",
         "pp vs sim @ learned",
+        "CPU steal",
     )
     print(
         f"\nSimulator ({args.seeds} seeds, mean) against the fleet runner on loopback "
