@@ -10,6 +10,7 @@ from factories import make_snapshot
 from armory.engine.latency_profile import LatencyProfile
 from armory.scheduling import just_in_time
 from armory.scheduling.just_in_time import JustInTimeScheduler, candidate_sizes
+from armory.scheduling.snapshot import Batch
 
 # Defaults of make_snapshot: 20 Hz, 10-action chunks, 5 ms downlink, the l40s-pi05 table
 # (1 -> 0.070 s, 2 -> 0.135 s, 3 -> 0.195 s, 4 -> 0.250 s). The scheduler's margin is
@@ -43,6 +44,31 @@ def test_an_ineligible_robot_shapes_the_plan_but_never_rides() -> None:
     only eligible robot 1 is dispatched."""
     batch = JustInTimeScheduler().schedule(make_snapshot([0.05, 0.09], eligible=[False, True]))
     assert batch.robot_ids == (1,)
+
+
+PAPER_TABLE_S = [0.0, 0.073, 0.1075, 0.142, 0.1765, 0.211]
+"""The l40s-pi05-paper preset up to a batch of 5."""
+
+
+def test_when_every_plan_is_late_by_the_margin_the_one_least_past_the_deadlines_wins() -> None:
+    """A fleet that fits (one fast robot weighing 5, three at horizon 10), seen on the
+    paper grid: robot 0 is due at 0.977 s, robot 2 at 0.997 s. With the 29 ms margin every
+    plan is late: singles leave robot 2 43 ms late, the pair (0, 2) leaves robot 0 25 ms
+    late, and robot 0 weighs five times more. Judged past the deadlines plus a fifth of a
+    tick (10 ms), the pair is on time and singles are not, so the pair goes now; serving
+    robot 0 alone starved robot 2 for a tick in the simulator."""
+    snapshot = make_snapshot(
+        [0.982, 1.1135, 1.0017, 1.2702],
+        now_s=0.8652,
+        max_batch_size=5,
+        weight=[5.0, 1.0, 1.0, 1.0],
+        max_execution_horizon=[6, 10, 10, 10],
+        obs_time_s=[0.832, 0.8135, 0.8517, 0.852],
+        latency_table_s=PAPER_TABLE_S,
+    )
+    assert JustInTimeScheduler().schedule(snapshot) == Batch((0, 2))
+    # Compared with the margin itself, the heavy robot's lateness wins and it goes alone.
+    assert JustInTimeScheduler(late_ticks=-(0.5 + 0.004 * 20)).schedule(snapshot) == Batch((0,))
 
 
 def overloaded(weight: float | list[float] = 1.0, **overrides: object) -> object:

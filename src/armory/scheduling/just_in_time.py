@@ -16,7 +16,11 @@ batch only at its *latest start*: the last moment at which every robot in the
 order is still on time. Serving late means the observation behind each chunk is
 fresh, the chunk wastes few of its actions on time already passed, and each
 robot needs fewer chunks per second, which leaves the GPU room for everyone
-else.
+else. When every size is late by the safety margin on a fleet that fits, the
+sizes are compared by lateness past the deadlines plus a fifth of a tick, not
+plus the margin: the mirror's deadline already sits up to a tick early, and the
+margin would let a heavy robot's lateness that costs no tick outweigh a light
+robot's that does.
 
 Over capacity, somebody starves whatever is done, and the question becomes who
 and how efficiently. The fleet is over capacity when its fluid optimum
@@ -86,13 +90,23 @@ class JustInTimeScheduler(Scheduler):
     name = "just-in-time"
 
     def __init__(
-        self, *, margin_s: float = 0.004, margin_ticks: float = 0.5, overload_actions: float = 5.0
+        self,
+        *,
+        margin_s: float = 0.004,
+        margin_ticks: float = 0.5,
+        late_ticks: float = 0.2,
+        overload_actions: float = 5.0,
     ) -> None:
         # Safety margin added to every predicted finish: a fixed part (latency and
         # network jitter) and a part in control ticks of the fastest robot
         # (observations and actions happen on tick boundaries).
         self.margin_s = margin_s
         self.margin_ticks = margin_ticks
+        # When every plan is late by that margin on a fleet that fits, plans are
+        # compared by how far they finish past the deadlines plus this many ticks: the
+        # mirror's deadline sits 0 to 1 tick (half on average) before the tick that
+        # would starve, so a chunk a little past it mostly still lands in time.
+        self.late_ticks = late_ticks
         # Overload: even the best back-to-back plan loses more than this many actions
         # (weighted, in units of the heaviest robot's weight).
         self.overload_actions = overload_actions
@@ -115,7 +129,8 @@ class JustInTimeScheduler(Scheduler):
         latency = s.latency_table_s
         candidates = rows[s.eligible[rows]]
         sizes = candidate_sizes(min(s.max_batch_size, candidates.size))
-        margin = self.margin_s + self.margin_ticks / float(np.max(s.control_hz[candidates]))
+        tick_s = 1.0 / float(np.max(s.control_hz[candidates]))
+        margin = self.margin_s + self.margin_ticks * tick_s
 
         # Back-to-back batches of each size over the due order: when each robot's chunk
         # finishes computing, how late that is, and the latest start keeping all on time.
@@ -142,7 +157,15 @@ class JustInTimeScheduler(Scheduler):
         in_batch = np.arange(candidates.size)[None, :] < sizes[:, None]
         worth_per_s = (gain_s * (s.weight * s.control_hz)[candidates][None, :] * in_batch).sum(1)
         efficiency = worth_per_s / latency[sizes]
-        best = int(np.lexsort((-efficiency, tardiness))[0])
+        keys = [-efficiency, tardiness]
+        if tardiness.min() > 0.0 and self._fluid_optimum(s)[0]:
+            # Every plan is late by the margin, yet the fleet fits: the least late plan
+            # is the one that finishes least past the deadlines plus late_ticks. With
+            # the margin instead, a heavy robot's lateness that would cost no tick can
+            # outweigh a light robot's that costs one.
+            late = np.maximum(0.0, now + finish_s - self.late_ticks * tick_s - due[None, :])
+            keys.append(np.round((late * value_per_s[None, :]).sum(axis=1), 9))
+        best = int(np.lexsort(keys)[0])
         if tardiness[best] == 0.0 and latest_start_s[best] > now:
             return Batch((), wait_until_s=float(latest_start_s[best]))
         return Batch(tuple(s.robot_id[candidates[: sizes[best]]].tolist()))
