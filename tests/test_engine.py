@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -455,6 +456,19 @@ def test_a_batch_decided_ahead_waits_for_a_running_one_that_overruns() -> None:
         return executor.batches
 
     assert run(scenario) == [1, 1, 1]
+
+
+def test_the_engine_sets_the_switch_interval_while_it_runs() -> None:
+    async def scenario() -> float:
+        engine = make_engine(switch_interval_s=0.0007)
+        await engine.start()
+        running = sys.getswitchinterval()
+        await engine.stop()
+        return running
+
+    before = sys.getswitchinterval()
+    assert run(scenario) == pytest.approx(0.0007)
+    assert sys.getswitchinterval() == before
 
 
 def test_server_config_checks_the_executor_options() -> None:

@@ -179,18 +179,23 @@ class ServerEngine:
         self._num_superseded = 0
         self._overheads_s: deque[float] = deque(maxlen=_OVERHEAD_WINDOW)
         self._steps_s: deque[float] = deque(maxlen=_OVERHEAD_WINDOW)
+        self._switch_interval_before_s: float | None = None
 
     # ---- lifecycle -----------------------------------------------------
 
     async def start(self) -> None:
         if self.config.switch_interval_s is not None:
-            # Process-wide: a forward pass's results wait for the interpreter lock while
-            # the event loop decodes frames, up to one switch interval.
+            # Process-wide (put back at stop): a forward pass's results wait for the
+            # interpreter lock while the event loop decodes frames, up to one interval.
+            self._switch_interval_before_s = sys.getswitchinterval()
             sys.setswitchinterval(self.config.switch_interval_s)
         self.loop.start()
 
     async def stop(self) -> None:
         await self.loop.stop()
+        if self._switch_interval_before_s is not None:
+            sys.setswitchinterval(self._switch_interval_before_s)
+            self._switch_interval_before_s = None
 
     # ---- sessions ------------------------------------------------------
 
