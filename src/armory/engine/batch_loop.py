@@ -10,6 +10,12 @@ pass feeds the measured seconds to ``profile.observe`` and
 sleeping until then or until something changes (a request arrives, a robot
 leaves, a batch finishes), whichever comes first.
 
+With ``decide_ahead_s`` (the server's default is 2 ms) the executor is "free" that
+long before the running batch should end: the loop decides then, with ``now`` the
+expected end, and queues the batch behind the running one, so the worker goes
+from one forward pass to the next without waiting for the loop. The seconds fed
+to the profile are the worker's own for each batch.
+
 Everything here runs on the event loop except the forward pass (see
 :mod:`armory.engine.executor`). Time comes from one injectable ``clock``.
 """
