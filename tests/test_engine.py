@@ -16,7 +16,7 @@ from server_harness import GatedPolicy, expected_actions, make_mock, make_obs
 
 from armory.engine.batch_loop import BatchLoop
 from armory.engine.config import PlainClientDefaults, ServerConfig
-from armory.engine.errors import PolicyError, QueueStateError, SessionClosed
+from armory.engine.errors import PolicyError, QueueStateError, SessionClosed, Superseded
 from armory.engine.executor import BatchOutcome
 from armory.engine.latency_profile import LatencyProfile
 from armory.engine.queue_mirror import NO_CHUNK, QueueMirror, QueueReport, RobotLimits
@@ -275,23 +275,44 @@ class _WaitForTwo(Scheduler):
 
 class _RecordingExecutor:
     """Stands in for the executor: records each batch handed to it, computes nothing
-    (``finish`` hands the n-th batch its outcome, as the worker would)."""
+    (``finish`` hands the n-th batch its outcome, as the worker would). Like the worker
+    it runs batches in order: one is started once every batch before it has finished,
+    and only one not started can be taken back."""
 
     def __init__(self) -> None:
         self.batches: list[int] = []
         self._done: list[Callable[[BatchOutcome], None]] = []
+        self._finished: set[int] = set()
 
     def start(
         self, observations: Sequence[Mapping[str, Any]], on_done: Callable[[BatchOutcome], None]
-    ) -> None:
+    ) -> _Handle:
         self.batches.append(len(observations))
         self._done.append(on_done)
+        return _Handle(self, len(self.batches) - 1)
 
     def finish(self, n: int, outcome: BatchOutcome) -> None:
+        self._finished.add(n)
         asyncio.get_running_loop().call_soon(self._done[n], outcome)
+
+    def started(self, n: int) -> bool:
+        return all(i in self._finished for i in range(n))
 
     def shutdown(self) -> None:
         pass
+
+
+class _Handle:
+    def __init__(self, executor: _RecordingExecutor, n: int) -> None:
+        self.executor = executor
+        self.n = n
+        self.cancelled = False
+
+    def cancel(self) -> bool:
+        if self.executor.started(self.n):
+            return False
+        self.cancelled = True
+        return True
 
 
 def _recording_loop(
@@ -430,32 +451,45 @@ def test_a_pipelined_robot_in_the_running_and_the_queued_batch_keeps_both_reques
     assert dropped == 2
 
 
-def test_a_batch_decided_ahead_waits_for_a_running_one_that_overruns() -> None:
-    """The queued batch keeps its robots while the running one overruns its expected end;
-    a robot that asks meanwhile goes into the batch after it."""
+def test_a_batch_decided_ahead_is_taken_back_when_the_running_one_overruns() -> None:
+    """Robot 8 is queued 40 ms before batch 0 should end (at 100.05); batch 0 is still
+    running 40 ms after that, so the queued batch is taken back: robot 8's newer
+    observation replaces the queued one, and robot 9, which asked meanwhile, rides the
+    next batch with it, decided when batch 0 ends."""
 
-    async def scenario() -> list[int]:
+    async def scenario() -> tuple[list[int], list[int], int]:
         executor, loop = _recording_loop(max_batch_size=4, decide_ahead_s=0.04, clock=lambda: 100.0)
         loop.start()
         loop.submit(7, _one_action_plan(), make_obs(0), received_s=100.0)
         while not executor.batches:
             await asyncio.sleep(0)
-        loop.submit(8, _one_action_plan(), make_obs(1), received_s=100.0)
+        queued = loop.submit(
+            8, _one_action_plan(0, 5), make_obs(1), received_s=100.0, pipelined=True
+        )
         while len(executor.batches) < 2:
             await asyncio.sleep(0.001)
+        newer = loop.submit(
+            8, _one_action_plan(1, 4), make_obs(1, 1), received_s=100.0, pipelined=True
+        )
         late = loop.submit(9, _one_action_plan(), make_obs(2), received_s=100.0)
-        await asyncio.sleep(0.1)  # the first batch overruns: nothing more is decided
+        while not queued.done():  # taken back 80 ms after batch 0 started
+            await asyncio.sleep(0.001)
+        with pytest.raises(Superseded):
+            queued.result()
         assert len(executor.batches) == 2
         executor.finish(0, _chunk_outcome(0.15))
-        executor.finish(1, _chunk_outcome(0.05))
         while len(executor.batches) < 3:
             await asyncio.sleep(0.001)
-        executor.finish(2, _chunk_outcome(0.05))
-        await late
+        starts = [start for start, _ in loop.mirror.pending_of(8)]
+        executor.finish(2, BatchOutcome([np.zeros((10, 7), np.float32)] * 2, 0.05, True))
+        await asyncio.gather(newer, late)
         await loop.stop()
-        return executor.batches
+        return executor.batches, starts, loop.stats().num_taken_back
 
-    assert run(scenario) == [1, 1, 1]
+    batches, starts, taken_back = run(scenario)
+    assert batches == [1, 1, 2]
+    assert starts == [1]  # the taken-back chunk from index 0 is no longer expected
+    assert taken_back == 1
 
 
 def test_the_engine_sets_the_switch_interval_while_it_runs() -> None:

@@ -114,6 +114,23 @@ def test_landing_predicted_before_the_report_counts_from_the_report() -> None:
     assert mirror.deadline_of(7) == pytest.approx(1.0 + 6 / 8)
 
 
+def test_undispatch_predicts_the_queue_again_without_the_chunk() -> None:
+    """A chunk from 20 in flight, then one from 21 dispatched and taken back (its batch
+    never ran, after a report at 21): the deadline is the report's queue with only the
+    first chunk, and index 21 is eligible again."""
+    mirror = make_mirror(min_execution_horizon=1)
+    mirror.observe(7, QueueReport(20, 3, 18), 1.0)
+    mirror.dispatch(7, land_s=1.25)
+    mirror.observe(7, QueueReport(21, 2, 18), 1.125)
+    with_first = mirror.deadline_of(7)
+    assert mirror.dispatch(7, land_s=1.5) == 21
+    assert not mirror.is_eligible(7)
+    mirror.undispatch(7, 21, 1.5)
+    assert mirror.pending_of(7) == [(20, 1.25)]
+    assert mirror.deadline_of(7) == pytest.approx(with_first)
+    assert mirror.is_eligible(7)
+
+
 def test_report_that_does_not_show_the_chunk_keeps_it_pending() -> None:
     """A report from before the landing is replayed with the pending chunk applied on top."""
     mirror = make_mirror()

@@ -13,8 +13,10 @@ leaves, a batch finishes), whichever comes first.
 With ``decide_ahead_s`` (the server's default is 2 ms) the executor is "free" that
 long before the running batch should end: the loop decides then, with ``now`` the
 expected end, and queues the batch behind the running one, so the worker goes
-from one forward pass to the next without waiting for the loop. The seconds fed
-to the profile are the worker's own for each batch.
+from one forward pass to the next without waiting for the loop. If the running
+batch overruns its expected end by as much again, the queued one is taken back
+(unless the worker has started it) and decided afresh when the running one ends.
+The seconds fed to the profile are the worker's own for each batch.
 
 Everything here runs on the event loop except the forward pass (see
 :mod:`armory.engine.executor`). Time comes from one injectable ``clock``.
@@ -29,6 +31,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,6 +99,8 @@ class LoopStats:
     """Calls to ``scheduler.schedule`` (empty batches included)."""
     decision_s: float
     """Seconds spent in those calls (snapshot and check included)."""
+    num_taken_back: int = 0
+    """Batches decided ahead and taken back because the batch before them overran."""
 
     @property
     def mean_batch_size(self) -> float:
@@ -114,6 +119,19 @@ class _Request:
     submitted_s: float
     downlink_s: float
     chunk_start: int = 0
+    land_s: float = 0.0
+    """When the mirror expects its chunk to land (set at dispatch)."""
+
+
+@dataclass
+class _Queued:
+    """A batch decided ahead, waiting on the worker behind the running one."""
+
+    handled: asyncio.Future[None]
+    requests: list[_Request]
+    latency_s: float
+    handle: Future[None]
+    """The worker's future for it: ``cancel()`` takes it back if not started."""
 
 
 @dataclass
@@ -124,6 +142,7 @@ class _Counters:
     busy_s: float = 0.0
     num_decisions: int = 0
     decision_s: float = 0.0
+    num_taken_back: int = 0
 
 
 class BatchLoop:
@@ -167,9 +186,10 @@ class BatchLoop:
         """Done when the batch on the executor is handled (None: the executor is free)."""
         self._running_end_s = 0.0
         """When the running batch is expected to end (learned latency from its start)."""
-        self._queued: tuple[asyncio.Future[None], float] | None = None
-        """A batch decided ahead and queued behind the running one, with its latency."""
-        self._ahead: asyncio.TimerHandle | None = None
+        self._queued: _Queued | None = None
+        """A batch decided ahead and queued behind the running one."""
+        self._timer: asyncio.TimerHandle | None = None
+        """Decides ahead while no batch is queued; takes the queued one back after."""
         self._task: asyncio.Task[None] | None = None
         self._closing = False
 
@@ -185,9 +205,8 @@ class BatchLoop:
         for request in list(self._waiting.values()):
             _fail(request.future, ServerClosing("the server is shutting down"))
         self._waiting.clear()
-        if self._ahead is not None:
-            self._ahead.cancel()
-        for handled in (self._running, self._queued[0] if self._queued else None):
+        self._cancel_timer()
+        for handled in (self._running, self._queued.handled if self._queued else None):
             if handled is not None:
                 with contextlib.suppress(Exception):
                     await handled
@@ -291,6 +310,7 @@ class BatchLoop:
             busy_s=c.busy_s,
             num_decisions=c.num_decisions,
             decision_s=c.decision_s,
+            num_taken_back=c.num_taken_back,
         )
 
     # ---- the loop ------------------------------------------------------
@@ -316,7 +336,7 @@ class BatchLoop:
     def _decide_ahead(self) -> None:
         """Timer, shortly before the running batch should end: decide the next batch as
         if that end were now, and queue it behind the running one."""
-        self._ahead = None
+        self._timer = None
         if self._running is None or self._queued is not None or not self._waiting:
             return
         self._decide_or_fail(max(self._running_end_s, self.clock()), ahead=True)
@@ -364,9 +384,8 @@ class BatchLoop:
         requests = []
         for robot_id in batch.robot_ids:
             request = self._waiting.pop(robot_id)
-            request.chunk_start = self.mirror.dispatch(
-                robot_id, now_s + latency_s + request.downlink_s
-            )
+            request.land_s = now_s + latency_s + request.downlink_s
+            request.chunk_start = self.mirror.dispatch(robot_id, request.land_s)
             self._inflight.setdefault(robot_id, []).append(request)
             requests.append(request)
         # The worker gets the batch in the step that chose it, and its outcome is handled
@@ -375,7 +394,7 @@ class BatchLoop:
         dispatched_s = self.clock()
         handled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         try:
-            self.executor.start(
+            handle = self.executor.start(
                 [r.observation for r in requests],
                 functools.partial(
                     self._batch_done, batch, requests, handled, dispatched_s, decision_s
@@ -385,9 +404,40 @@ class BatchLoop:
             self._fail_batch(requests)
             raise
         if ahead:
-            self._queued = (handled, latency_s)
+            self._queued = _Queued(handled, requests, latency_s, handle)
+            # Taken back if the running batch overruns its expected end by as much again.
+            delay_s = max(self._running_end_s + self.decide_ahead_s - self.clock(), 0.0)
+            self._timer = asyncio.get_running_loop().call_later(delay_s, self._take_back)
         else:
             self._start_running(handled, dispatched_s + latency_s)
+
+    def _take_back(self) -> None:
+        """Timer: the running batch overran, so the batch queued behind it was decided on
+        a wrong ``now``. Unless the worker has started it, its requests wait again (a
+        robot's newer observation, if one came, replaces its own) and the next batch is
+        decided when the running one ends, with everyone who asked meanwhile."""
+        self._timer = None
+        queued = self._queued
+        if queued is None or not queued.handle.cancel():
+            return
+        self._queued = None
+        for request in queued.requests:
+            self._leave_inflight(request)
+            if request.future.done():  # the robot left
+                continue
+            robot_id = request.robot_id
+            self.mirror.undispatch(robot_id, request.chunk_start, request.land_s)
+            if robot_id in self._waiting:
+                _fail(request.future, Superseded("a newer observation of the robot replaced it"))
+            else:
+                self._waiting[robot_id] = request
+        queued.handled.set_result(None)
+        self._counters.num_taken_back += 1
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def _start_running(self, handled: asyncio.Future[None], end_s: float) -> None:
         """``handled`` is now the batch on the executor, expected to end at ``end_s``; the
@@ -397,7 +447,7 @@ class BatchLoop:
         if self._closing or not self.decide_ahead_s:
             return
         delay_s = max(end_s - self.decide_ahead_s - self.clock(), 0.0)
-        self._ahead = asyncio.get_running_loop().call_later(delay_s, self._decide_ahead)
+        self._timer = asyncio.get_running_loop().call_later(delay_s, self._decide_ahead)
 
     def _batch_done(
         self,
@@ -456,14 +506,12 @@ class BatchLoop:
         next one is decided now, before the loop turns to the replies and the frames that
         came in meanwhile (a scheduler that asks to wait is asked again by the loop task).
         The worker runs batches in the order it got them, so ``handled`` is the running one."""
-        if self._ahead is not None:
-            self._ahead.cancel()
-            self._ahead = None
+        self._cancel_timer()
         self._running = None
         if self._queued is not None:
-            queued, latency_s = self._queued
+            queued = self._queued
             self._queued = None
-            self._start_running(queued, self.clock() + latency_s)
+            self._start_running(queued.handled, self.clock() + queued.latency_s)
         else:
             self._decide_if_free()
         self._wake.set()

@@ -76,7 +76,8 @@ class ServerConfig:
     # The executor
     decide_ahead_s: float = 0.002
     """The next batch is decided this long before the running forward pass is expected to
-    end and queued behind it, so passes run back to back; 0: decided when it ends."""
+    end and queued behind it, so passes run back to back (taken back if the pass runs
+    this long past its expected end); 0: decided when it ends."""
     switch_interval_s: float | None = 0.001
     """The server process's thread switch interval (``sys.setswitchinterval``; Python's is
     0.005): the longest the worker thread waits for the interpreter lock after a forward

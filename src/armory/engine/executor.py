@@ -16,7 +16,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,10 +56,12 @@ class Executor:
         self,
         observations: Sequence[Mapping[str, Any]],
         on_done: Callable[[BatchOutcome | BaseException], None],
-    ) -> None:
+    ) -> Future[None]:
         """Hand one batch to the worker thread now (from the event loop); ``on_done`` is
         called on the loop with its outcome (or what the worker raised) as soon as it is
-        computed, in the loop step that wakes for it."""
+        computed, in the loop step that wakes for it. Batches run in the order they were
+        handed over; the returned future's ``cancel()`` takes a batch back if the worker
+        has not started it (``on_done`` is then never called)."""
         loop = asyncio.get_running_loop()
         batch = list(observations)
 
@@ -72,7 +74,7 @@ class Executor:
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                 loop.call_soon_threadsafe(on_done, outcome)
 
-        self._pool.submit(work)
+        return self._pool.submit(work)
 
     async def run(self, observations: Sequence[Mapping[str, Any]]) -> BatchOutcome:
         """Compute one batch in the worker thread (:meth:`start`, awaited); the event loop

@@ -61,6 +61,7 @@ _FLOAT_COLUMNS = (
     "deadline_s",
     "obs_time_s",
     "ref_time_s",
+    "report_time_s",
 )
 _INT_COLUMNS = (
     "robot_id",
@@ -72,6 +73,7 @@ _INT_COLUMNS = (
     "last_chunk_start",
     "ref_index",
     "queue_end",
+    "report_queue_end",
 )
 _BOOL_COLUMNS = ("active", "has_obs")
 
@@ -117,6 +119,8 @@ class QueueMirror:
         self.ref_time_s[row] = now_s
         self.ref_index[row] = 0
         self.queue_end[row] = 0
+        self.report_time_s[row] = now_s
+        self.report_queue_end[row] = 0
         self.deadline_s[row] = now_s
 
     def remove(self, robot_id: int) -> None:
@@ -171,21 +175,25 @@ class QueueMirror:
         self.obs_index[row] = report.action_index
         self.obs_chunk_start[row] = report.chunk_start
         self.obs_time_s[row] = taken_s
-        pending = [p for p in self._pending[row] if p[0] > report.chunk_start]
-        self._pending[row] = pending
-        self.last_chunk_start[row] = max([report.chunk_start, *(start for start, _ in pending)])
-        self.ref_time_s[row] = taken_s
-        self.ref_index[row] = report.action_index
-        self.queue_end[row] = report.action_index + max(report.actions_left, 0)
-        for start, land_s in pending:
-            self._apply(row, start, land_s)
-        self._refresh_deadline(row)
+        self._pending[row] = [p for p in self._pending[row] if p[0] > report.chunk_start]
+        self.report_time_s[row] = taken_s
+        self.report_queue_end[row] = report.action_index + max(report.actions_left, 0)
+        self._replay(row)
         return True
 
     def release(self, robot_id: int) -> None:
         """Called when the robot's held observation is answered without a chunk (every-tick
         deferral): it is no longer eligible until it reports a new one."""
         self.has_obs[self._row_of[robot_id]] = False
+
+    def undispatch(self, robot_id: int, start: int, land_s: float) -> None:
+        """Take back a :meth:`dispatch` whose batch never ran: the queue is predicted again
+        from the robot's last report and the chunks still pending."""
+        row = self._row_of[robot_id]
+        pending = self._pending[row]
+        if (start, land_s) in pending:
+            pending.remove((start, land_s))
+            self._replay(row)
 
     def dispatch(self, robot_id: int, land_s: float) -> int:
         """Called when the robot's held observation goes into a batch expected to land
@@ -242,6 +250,19 @@ class QueueMirror:
         return list(self._pending[self._row_of[robot_id]])
 
     # ---- internals -----------------------------------------------------
+
+    def _replay(self, row: int) -> None:
+        """The queue from the last report, then every pending chunk in order."""
+        pending = self._pending[row]
+        self.last_chunk_start[row] = max(
+            [int(self.obs_chunk_start[row]), *(start for start, _ in pending)]
+        )
+        self.ref_time_s[row] = self.report_time_s[row]
+        self.ref_index[row] = self.obs_index[row]
+        self.queue_end[row] = self.report_queue_end[row]
+        for start, land_s in pending:
+            self._apply(row, start, land_s)
+        self._refresh_deadline(row)
 
     def _apply(self, row: int, start: int, land_s: float) -> None:
         """Advance the fluid model to ``land_s`` and apply a chunk starting at ``start``."""

@@ -117,6 +117,8 @@ class EngineStats:
     mean_batch_size: float
     num_dropped_chunks: int
     """Chunks computed for robots that were gone when they were ready."""
+    num_taken_back: int
+    """Batches decided ahead and taken back because the batch before them overran."""
     busy_s: float
     decision_ms_mean: float
     """Mean time of one scheduling decision (snapshot, schedule, check)."""
@@ -369,6 +371,7 @@ class ServerEngine:
             batch_size_counts=loop.batch_size_counts,
             mean_batch_size=loop.mean_batch_size,
             num_dropped_chunks=loop.num_dropped_chunks,
+            num_taken_back=loop.num_taken_back,
             busy_s=loop.busy_s,
             decision_ms_mean=1e3 * loop.decision_s / max(loop.num_decisions, 1),
             overhead_ms_p50=_percentile_ms(self._overheads_s, 50),
