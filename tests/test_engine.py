@@ -283,17 +283,21 @@ class _RecordingExecutor:
         self.batches: list[int] = []
         self._done: list[Callable[[BatchOutcome], None]] = []
         self._finished: set[int] = set()
+        self._handles: list[_Handle] = []
 
     def start(
         self, observations: Sequence[Mapping[str, Any]], on_done: Callable[[BatchOutcome], None]
     ) -> _Handle:
         self.batches.append(len(observations))
         self._done.append(on_done)
-        return _Handle(self, len(self.batches) - 1)
+        self._handles.append(_Handle(self, len(self.batches) - 1))
+        return self._handles[-1]
 
     def finish(self, n: int, outcome: BatchOutcome) -> None:
+        """Batch n ends with ``outcome`` (one taken back never runs: nothing happens)."""
         self._finished.add(n)
-        asyncio.get_running_loop().call_soon(self._done[n], outcome)
+        if not self._handles[n].cancelled:
+            asyncio.get_running_loop().call_soon(self._done[n], outcome)
 
     def started(self, n: int) -> bool:
         return all(i in self._finished for i in range(n))
@@ -316,14 +320,18 @@ class _Handle:
 
 
 def _recording_loop(
-    *, max_batch_size: int, decide_ahead_s: float = 0.0, clock: Callable[[], float] = time.monotonic
+    *,
+    max_batch_size: int,
+    decide_ahead_s: float = 0.0,
+    clock: Callable[[], float] = time.monotonic,
+    latency_s: float = 0.05,
 ) -> tuple[_RecordingExecutor, BatchLoop]:
-    """A max-batch loop over a recording executor (50 ms forward passes)."""
+    """A max-batch loop over a recording executor (50 ms forward passes by default)."""
     executor = _RecordingExecutor()
     loop = BatchLoop(
         executor,  # type: ignore[arg-type]
         make_scheduler("max-batch"),
-        LatencyProfile({1: 0.05}),
+        LatencyProfile({1: latency_s}),
         max_batch_size=max_batch_size,
         clock=clock,
         decide_ahead_s=decide_ahead_s,
@@ -389,6 +397,11 @@ def test_the_next_batch_starts_as_the_previous_one_ends() -> None:
     assert run(scenario) == [2]
 
 
+# Forward passes expected to take 0.5 s, decided 0.49 s ahead: the loop decides ahead
+# 10 ms after a batch starts, and would take a queued batch back only after 0.99 s.
+_AHEAD: dict[str, Any] = {"latency_s": 0.5, "decide_ahead_s": 0.49, "clock": lambda: 100.0}
+
+
 def test_the_next_batch_is_decided_ahead_and_queued_behind_the_running_one() -> None:
     """decide_ahead_s before the running batch should end, the loop decides the next one as
     if that end were now and hands it to the worker, which runs it as the first ends: its
@@ -396,11 +409,11 @@ def test_the_next_batch_is_decided_ahead_and_queued_behind_the_running_one() -> 
     first ends, and the profile learns the worker's own times."""
 
     async def scenario() -> tuple[list[tuple[int, float]], int, float]:
-        executor, loop = _recording_loop(max_batch_size=1, decide_ahead_s=0.04, clock=lambda: 100.0)
+        executor, loop = _recording_loop(max_batch_size=1, **_AHEAD)
         loop.start()
         first = loop.submit(7, _one_action_plan(), make_obs(0), received_s=100.0)
         second = loop.submit(8, _one_action_plan(), make_obs(1), received_s=100.0)
-        while len(executor.batches) < 2:  # 100.05 - 0.04: 10 ms from the first dispatch
+        while len(executor.batches) < 2:  # 100.5 - 0.49: 10 ms from the first dispatch
             await asyncio.sleep(0.001)
         assert not first.done()
         expected = loop.mirror.pending_of(8)
@@ -414,7 +427,7 @@ def test_the_next_batch_is_decided_ahead_and_queued_behind_the_running_one() -> 
         return expected, handed, loop.profile.latency_s(1)
 
     expected, handed, learned = run(scenario)
-    assert expected == [(0, pytest.approx(100.0 + 0.05 + 0.05 + 0.004))]
+    assert expected == [(0, pytest.approx(100.0 + 0.5 + 0.5 + 0.004))]
     assert handed == 2
     assert learned == pytest.approx(0.065)  # median of the worker's 0.05 and 0.08
 
@@ -424,7 +437,7 @@ def test_a_pipelined_robot_in_the_running_and_the_queued_batch_keeps_both_reques
     older one: each request is its own; a disconnect fails both and drops both chunks."""
 
     async def scenario() -> tuple[list[int], int]:
-        executor, loop = _recording_loop(max_batch_size=1, decide_ahead_s=0.04, clock=lambda: 100.0)
+        executor, loop = _recording_loop(max_batch_size=1, **_AHEAD)
         loop.start()
         older = loop.submit(
             7, _one_action_plan(0, 5), make_obs(0), received_s=100.0, pipelined=True
