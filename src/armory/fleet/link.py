@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 from armory_client import InferClient
+from armory_client.ordering import after
 
 from armory.fleet.robot import SyntheticRobot
 from armory.fleet_spec import DelaySpec
@@ -77,11 +78,11 @@ class FleetClient:
         self._sent, self._landed = sent, landed
         try:
             await self._delay(self.uplink)
-            await _after(sent_before)
+            await after(sent_before)
             sent.set_result(None)
             reply = await self.inner.infer(obs)
             await self._delay(self.downlink)
-            await _after(landed_before)
+            await after(landed_before)
         finally:
             for future in (sent, landed):
                 if not future.done():
@@ -104,9 +105,3 @@ class FleetClient:
         await asyncio.sleep(ask_s)
         # Integral control: the correction grows while sleeps end late on average.
         self.lateness_s += _LATENESS_GAIN * (self._clock() - started_s - seconds)
-
-
-async def _after(earlier: asyncio.Future[None] | None) -> None:
-    """Wait until ``earlier`` is done (at once when None)."""
-    if earlier is not None and not earlier.done():
-        await asyncio.wait({earlier})

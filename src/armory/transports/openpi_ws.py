@@ -16,6 +16,7 @@ import contextlib
 import logging
 from typing import Any
 
+from armory_client.ordering import after
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
@@ -135,7 +136,7 @@ class OpenpiWebSocketTransport(Transport):
                     # The connection ends: requests still waiting are dropped, replies
                     # already being sent go first, then the error, then close.
                     self.engine.close_session(session)
-                    await _after(previous)
+                    await after(previous)
                     await self._refuse(ws, session, accepted)
                     break
                 previous = asyncio.create_task(self._answer(ws, session, accepted, previous))
@@ -183,7 +184,7 @@ class OpenpiWebSocketTransport(Transport):
             try:
                 reply = await self.engine.answer(accepted)
             finally:
-                await _after(previous)
+                await after(previous)
         except SessionClosed:
             return
         except RequestError as exc:
@@ -229,9 +230,3 @@ def _peer(connection: ServerConnection) -> str:
     if isinstance(address, tuple) and len(address) >= 2:
         return f"{address[0]}:{address[1]}"
     return str(address)
-
-
-async def _after(earlier: asyncio.Task[None] | None) -> None:
-    """Wait until ``earlier`` (the previous request's answer) is done; at once if it is."""
-    if earlier is not None and not earlier.done():
-        await asyncio.wait({earlier})

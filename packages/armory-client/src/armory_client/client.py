@@ -29,6 +29,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 from websockets.typing import Data
 from websockets.uri import parse_uri
 
+from armory_client import ordering
 from armory_client.codec import packb, unpackb
 from armory_client.errors import (
     ArmoryClientError,
@@ -390,8 +391,7 @@ class AsyncPolicyClient(_ClientBase):
         the next request)."""
         try:
             async with asyncio.timeout(timeout_s):
-                if after is not None and not after.done():
-                    await asyncio.wait({after})
+                await ordering.after(after)
                 return await conn.recv()
         except TimeoutError:
             await self._discard(conn)
