@@ -140,6 +140,7 @@ class JustInTimeScheduler(Scheduler):
         tardiness = np.round((lateness * value_per_s[None, :]).sum(axis=1), 9)
         latest_start_s = (due[None, :] - finish_s).min(axis=1) - margin
         weights = s.weight[candidates]
+        fleet_fits: bool | None = None  # the fluid optimum's verdict, looked up once
         if tardiness.min() > self.overload_actions * float(weights.max()):
             fleet_fits, sizes_used = self._fluid_optimum(s)
             if not fleet_fits and (sizes_used.max() > 1 or weights.max() > weights.min()):
@@ -158,7 +159,9 @@ class JustInTimeScheduler(Scheduler):
         worth_per_s = (gain_s * (s.weight * s.control_hz)[candidates][None, :] * in_batch).sum(1)
         efficiency = worth_per_s / latency[sizes]
         keys = [-efficiency, tardiness]
-        if tardiness.min() > 0.0 and self._fluid_optimum(s)[0]:
+        if tardiness.min() > 0.0 and (
+            fleet_fits if fleet_fits is not None else self._fluid_optimum(s)[0]
+        ):
             # Every plan is late by the margin, yet the fleet fits: the least late plan
             # is the one that finishes least past the deadlines plus late_ticks. With
             # the margin instead, a heavy robot's lateness that would cost no tick can
