@@ -363,7 +363,7 @@ def test_dispatch_hands_the_batch_to_the_worker_before_the_loop_turns() -> None:
     async def scenario() -> list[int]:
         executor, loop = _recording_loop(max_batch_size=4)
         loop.submit(7, _one_action_plan(), make_obs(0), received_s=time.monotonic())
-        loop._decide()  # no await between the decision and the check
+        loop._decide(loop.clock(), ahead=False)  # no await before the check
         handed = list(executor.batches)
         assert loop._running is not None
         loop._running.cancel()

@@ -99,7 +99,7 @@ class LoopStats:
     """Calls to ``scheduler.schedule`` (empty batches included)."""
     decision_s: float
     """Seconds spent in those calls (snapshot and check included)."""
-    num_taken_back: int = 0
+    num_taken_back: int
     """Batches decided ahead and taken back because the batch before them overran."""
 
     @property
@@ -352,12 +352,10 @@ class BatchLoop:
             self._waiting.clear()
             return None
 
-    def _decide(self, now_s: float | None = None, *, ahead: bool = False) -> float | None:
-        """Ask the scheduler at ``now_s`` (default: the clock); start a batch (``ahead``:
-        queue it behind the running one), or return how long to sleep before asking again
-        (None: until something changes)."""
-        if now_s is None:
-            now_s = self.clock()
+    def _decide(self, now_s: float, *, ahead: bool) -> float | None:
+        """Ask the scheduler at ``now_s``; start a batch (``ahead``: queue it behind the
+        running one), or return how long to sleep before asking again (None: until
+        something changes)."""
         started = time.perf_counter()
         max_batch = self.max_batch_size
         snapshot = self.mirror.snapshot(now_s, self.profile.table(max_batch), max_batch)
