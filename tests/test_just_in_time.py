@@ -133,3 +133,39 @@ def test_candidate_sizes_are_dense_to_16_then_geometric_to_the_max() -> None:
     sizes = candidate_sizes(64)
     assert sizes[:16].tolist() == list(range(1, 17))
     assert sizes[-1] == 64 and np.all(np.diff(sizes) > 0)
+
+
+def singles_overloaded(robot_0_obs_s: float, now_s: float = 1.0) -> object:
+    """Five fast robots (horizon 6, weight 3) and five at horizon 10 (weight 1): over
+    capacity, the optimum serves only the fast ones, one at a time. Robot 0 has one
+    action left at its observation and runs dry on its tick at 1.005 s; the light
+    robots are dry; the other fast robots still hold 6 to 13 ticks."""
+    return make_snapshot(
+        [1.005, 1.28, 1.31, 1.34, 1.37] + [0.9] * 5,
+        now_s=now_s,
+        max_batch_size=5,
+        weight=[3.0] * 5 + [1.0] * 5,
+        max_execution_horizon=[6] * 5 + [10] * 5,
+        obs_time_s=[robot_0_obs_s] + [0.98] * 9,
+        latency_table_s=LatencyProfile.from_preset("l40s-pi05").table(5),
+    )
+
+
+def test_over_capacity_a_single_waits_for_the_observation_that_finds_the_queue_empty() -> None:
+    """Robot 0's held observation (taken at 0.955 s) buys 5 of its 6 actions: 15 weighted
+    per 0.070 s. The one it takes on its last action's tick (1.005 s) arrives about a link
+    later and buys all 6: 18 per 0.070 s + 10 ms of idle, more. The GPU waits for it
+    (plus the 4 ms jitter margin)."""
+    batch = JustInTimeScheduler().schedule(singles_overloaded(0.955))
+    assert batch == Batch((), wait_until_s=pytest.approx(1.010 + 0.004))
+
+
+def test_over_capacity_no_wait_when_it_costs_more_than_it_buys_or_nothing_will_come() -> None:
+    # Asked 10 ms earlier, the wait would be 20 ms: 18 per 0.090 s is less than 15 per
+    # 0.070 s.
+    assert JustInTimeScheduler().schedule(singles_overloaded(0.955, now_s=0.990)) == Batch((0,))
+    # An observation 65 ms old: the robot does not send one every tick (a threshold
+    # client), so no newer one is coming.
+    assert JustInTimeScheduler().schedule(singles_overloaded(0.935)) == Batch((0,))
+    # Once the observation from the empty queue is held, the robot is served at once.
+    assert JustInTimeScheduler().schedule(singles_overloaded(1.005, now_s=1.011)) == Batch((0,))

@@ -38,7 +38,11 @@ chunk is worth) and, among the sizes the optimum uses, takes the one whose
 prefix buys the most weighted actions per second of forward pass. Robots that
 have already run dry are worth a full chunk, robots with a long queue are worth
 little, and heavy robots come first: the shortage lands on the robots whose
-motion the fleet values least, in batches that use the GPU best.
+motion the fleet values least, in batches that use the GPU best. When the optimum
+serves one robot per batch, a robot about to run dry may be worth a short wait:
+the observation it sends on its last action's tick buys its whole horizon, and
+the GPU idles for it when that buys more weighted actions per second of forward
+pass and wait than the best chunk now.
 
 docs/scheduling.md gives the reasoning and the measured results.
 """
@@ -179,6 +183,10 @@ class JustInTimeScheduler(Scheduler):
         rows = np.flatnonzero(s.eligible)
         gain_s = s.chunk_seconds()[rows] - np.maximum(0.0, s.deadline_s[rows] - s.obs_time_s[rows])
         worth = s.weight[rows] * s.control_hz[rows] * np.maximum(gain_s, 0.0)
+        if sizes_used.max() == 1:
+            wait_until_s = self._empty_queue_wait(s, rows, worth)
+            if wait_until_s is not None:
+                return Batch((), wait_until_s=wait_until_s)
         order = np.lexsort((s.contact_order[rows], s.deadline_s[rows], -worth))
         rows, worth = rows[order], worth[order]
         sizes = sizes_used[sizes_used <= rows.size]
@@ -187,6 +195,42 @@ class JustInTimeScheduler(Scheduler):
         rate = np.cumsum(worth)[sizes - 1] / s.latency_table_s[sizes]
         size = int(sizes[int(np.argmax(np.round(rate, 9)))])
         return Batch(tuple(s.robot_id[rows[:size]].tolist()))
+
+    def _empty_queue_wait(self, s: Snapshot, rows: np.ndarray, worth: np.ndarray) -> float | None:
+        """With one robot per batch: when to wait for a robot's next observation, the
+        one taken as its queue runs dry, or None to serve now.
+
+        A robot that streams observations (its held one is at most a tick and a link
+        old) and whose queue runs dry within the next tick sends, on its last
+        action's tick, an observation whose chunk overlaps nothing: a full chunk
+        instead of one less what runs meanwhile. It arrives about a link after the
+        deadline (the mirror knows the downlink; the uplink is taken as equal).
+        Waiting for it is worth it when the full chunk buys more weighted actions
+        per second of forward pass plus idle wait than the best chunk now does. The
+        wake-up allows ``margin_s`` for jitter; the observation's arrival asks the
+        scheduler again anyway.
+        """
+        now = s.now_s
+        tick_s = 1.0 / s.control_hz[rows]
+        deadline_s = s.deadline_s[rows]
+        obs_s = s.obs_time_s[rows]
+        link_s = s.downlink_s[rows]
+        arrival_s = deadline_s + link_s
+        pending = (
+            (now - obs_s <= tick_s + link_s + self.margin_s)
+            & (obs_s < deadline_s)
+            & (arrival_s > now)
+            & (arrival_s - now <= tick_s)
+        )
+        if not pending.any():
+            return None
+        latency_s = float(s.latency_table_s[1])
+        full = s.weight[rows] * s.max_execution_horizon[rows]
+        rate_waiting = np.where(pending, full / (latency_s + arrival_s - now), 0.0)
+        best = int(np.argmax(rate_waiting))
+        if rate_waiting[best] <= float(worth.max()) / latency_s:
+            return None
+        return float(arrival_s[best]) + self.margin_s
 
     def _fluid_optimum(self, s: Snapshot) -> tuple[bool, np.ndarray]:
         """Whether the fleet's fluid optimum (weighted, at the least GPU time) serves
