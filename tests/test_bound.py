@@ -113,6 +113,14 @@ def test_hand_computed_value() -> None:
     assert bound == pytest.approx(1.0 / 7.0)
 
 
+def test_expected_ticks_charge_the_mean_over_phases_not_the_fewest() -> None:
+    """The same robot charged f l = 1.6 ticks per chunk instead of 1: a = (20 + 14.3 x 0.4) / 2."""
+    args = (np.array([20.0]), np.array([2.0]), np.array([0.01]), np.array([0.07]))
+    assert solve_fluid(*args).actions_per_s[0] == pytest.approx((20.0 + 1.0 / 0.07) / 2.0)
+    expected = solve_fluid(*args, expected_ticks=True).actions_per_s[0]
+    assert expected == pytest.approx((20.0 + 0.4 / 0.07) / 2.0)
+
+
 def test_bound_uses_the_smallest_delays() -> None:
     """Link jitter lowers the delay the bound assumes, and with it the bound."""
     # 0.07 + 2 x 0.015 = 0.1 s holds 2 ticks at 20 Hz; with jitter 0.095 s holds 1.

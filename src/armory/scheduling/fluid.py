@@ -48,6 +48,7 @@ def solve_fluid(
     gpu_cost: float = 0.0,
     min_total_actions_per_s: float | None = None,
     count: np.ndarray | None = None,
+    expected_ticks: bool = False,
 ) -> FluidSolution:
     """Maximise ``sum w_i a_i - gpu_cost * GPU seconds`` over the fluid constraints.
 
@@ -58,6 +59,11 @@ def solve_fluid(
     robots (same rate, horizon, delays and weight): the optimum is the same as with
     every robot listed, since averaging an optimum over identical robots is optimal
     too, and the program stays small for a thousand robots.
+
+    With ``expected_ticks`` a chunk is charged ``f l`` ticks instead of ``floor(f l)``:
+    the mean, over a uniformly random tick phase, of the ticks a window of ``l``
+    seconds holds, rather than the fewest. That is no longer a bound, but closer to
+    what a fleet whose batches do not start on its robots' ticks pays.
     """
     f = np.asarray(control_hz, dtype=np.float64)
     e = np.asarray(max_execution_horizon, dtype=np.float64)
@@ -70,10 +76,12 @@ def solve_fluid(
     r_col = n + np.arange(n * sizes).reshape(n, sizes)
     nb_col = n + n * sizes + np.arange(sizes)
     l_ib = latency[None, :] + np.asarray(delay_s, dtype=np.float64)[:, None]
+    ticks_ib = f[:, None] * l_ib
+    charge_ib = ticks_ib if expected_ticks else np.floor(ticks_ib + 1e-9)
 
     # Rows 0..n-1:    a_i - E_i sum_b r_ib <= 0
     # Rows n..2n-1: 2 a_i - sum_b r_ib (E_i - floor(f_i l_ib)) <= f_i
-    # (a window of l seconds holds at least floor(f l) ticks)
+    # (a window of l seconds holds at least floor(f l) ticks; f l with expected_ticks)
     robot_rows = np.arange(n)
     rows = [
         robot_rows,
@@ -86,7 +94,7 @@ def solve_fluid(
         np.ones(n),
         -np.repeat(e, sizes),
         2.0 * np.ones(n),
-        -(e[:, None] - np.floor(f[:, None] * l_ib + 1e-9)).ravel(),
+        -(e[:, None] - charge_ib).ravel(),
     ]
     rhs = [np.zeros(n), f]
     # Rows 2n..2n+sizes-1: sum_i r_ib - b n_b <= 0

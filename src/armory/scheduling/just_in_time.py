@@ -28,7 +28,9 @@ and how efficiently. The fleet is over capacity when its fluid optimum
 when the latency table moves by more than 2%) cannot serve every robot in full;
 a transient burst on a fleet that fits stays with the rule above. Over capacity,
 once even the best back-to-back plan loses more than a few actions, the optimum
-also says which batch sizes the best steady state uses. If it serves robots one
+also says which batch sizes the best steady state uses: those it runs when each
+chunk pays the fewest ticks its latency can hold, and those it runs when each pays
+the ticks expected at a random phase (solved a second time). If it serves robots one
 at a time and all weigh the same, batching more would only lengthen everyone's
 wait, and the just-in-time rule carries on. Otherwise a chunk for robot i adds
 ``g_i = E_i/f_i - max(0, deadline_i - obs_time_i)`` seconds of motion (its
@@ -54,7 +56,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from armory.scheduling.base import Scheduler
-from armory.scheduling.fluid import solve_fluid
+from armory.scheduling.fluid import FluidSolution, solve_fluid
 from armory.scheduling.snapshot import Batch, Snapshot
 
 _DENSE_SIZES = 16
@@ -253,23 +255,35 @@ class JustInTimeScheduler(Scheduler):
         steps = np.round(links_s / _MIX_LINK_STEP_S) * _MIX_LINK_STEP_S
         classes = np.stack([s.control_hz, s.max_execution_horizon, steps, s.weight], axis=1)
         classes, counts = np.unique(np.round(classes, 6), axis=0, return_counts=True)
-        solution = solve_fluid(
-            classes[:, 0],
-            classes[:, 1],
-            classes[:, 2],
-            table[1:],
-            weight=classes[:, 3],
-            count=counts,
-            gpu_cost=1e-3,
-        )
-        batches = solution.batches_per_s
-        sizes = np.flatnonzero(batches > _MIX_SHARE * max(batches.sum(), 1e-12)) + 1
+        solutions = [
+            solve_fluid(
+                classes[:, 0],
+                classes[:, 1],
+                classes[:, 2],
+                table[1:],
+                weight=classes[:, 3],
+                count=counts,
+                gpu_cost=1e-3,
+                expected_ticks=expected,
+            )
+            for expected in (False, True)
+        ]
+        # Sizes: those the optimum uses when each chunk pays the fewest ticks its
+        # window can hold, and those it uses when it pays the ticks expected at a
+        # random phase (more, so smaller batches can win).
+        sizes = np.union1d(*(_sizes_used(solution) for solution in solutions))
         sizes = candidate_sizes(s.max_batch_size) if sizes.size == 0 else sizes
-        fits = bool(np.all(solution.actions_per_s >= classes[:, 0] * (1.0 - 1e-6)))
+        fits = bool(np.all(solutions[0].actions_per_s >= classes[:, 0] * (1.0 - 1e-6)))
         if len(self._batch_mix) >= _MIX_CACHE_SIZE:
             self._batch_mix.clear()
         self._batch_mix[key] = _FluidMix(table.copy(), links_s, fits, sizes)
         return fits, sizes
+
+
+def _sizes_used(solution: FluidSolution) -> np.ndarray:
+    """Batch sizes the fluid optimum runs for at least ``_MIX_SHARE`` of its batches."""
+    batches = solution.batches_per_s
+    return np.flatnonzero(batches > _MIX_SHARE * max(batches.sum(), 1e-12)) + 1
 
 
 @dataclass(frozen=True)
