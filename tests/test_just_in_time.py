@@ -18,6 +18,12 @@ from armory.scheduling.snapshot import Batch
 MARGIN_S = 0.004 + 0.5 / 20
 
 
+def rule() -> JustInTimeScheduler:
+    """The scheduler's rule alone: over capacity a fleet of streaming robots would also
+    be rolled out (tests/test_rollout.py), which these hand-built cases do not test."""
+    return JustInTimeScheduler(rollout_horizon_s=0.0)
+
+
 def test_a_robot_with_time_to_spare_waits_for_its_latest_start() -> None:
     """Due at 0.995 s (deadline less downlink), one forward pass of 0.070 s and the margin:
     nothing starts before 0.896 s."""
@@ -83,14 +89,14 @@ def test_over_capacity_the_heavy_robot_rides_first() -> None:
     """Robot 3 weighs 5. Over capacity the optimum runs batches of 1 and 2; a chunk for
     robot 3 alone buys 5 weighted chunks per 0.070 s, with a light robot beside it 6 per
     0.135 s: robot 3 goes alone."""
-    batch = JustInTimeScheduler().schedule(overloaded([1, 1, 1, 5, 1, 1, 1, 1]))
+    batch = rule().schedule(overloaded([1, 1, 1, 5, 1, 1, 1, 1]))
     assert batch.robot_ids == (3,)
 
 
 def test_over_capacity_equal_robots_fill_the_batch_size_the_optimum_uses() -> None:
     """All alike and all dry: the optimum's batches of 2 buy more chunks per second
     (2 / 0.135 s) than singles (1 / 0.070 s)."""
-    batch = JustInTimeScheduler().schedule(overloaded())
+    batch = rule().schedule(overloaded())
     assert batch.robot_ids == (0, 1)
 
 
@@ -158,19 +164,19 @@ def test_over_capacity_a_single_waits_for_the_observation_that_finds_the_queue_e
     per 0.070 s. The one it takes on its last action's tick (1.005 s) arrives about a link
     later and buys all 6: 18 per 0.070 s + 10 ms of idle, more. The GPU waits for it
     (plus the 4 ms jitter margin)."""
-    batch = JustInTimeScheduler().schedule(singles_overloaded(0.955))
+    batch = rule().schedule(singles_overloaded(0.955))
     assert batch == Batch((), wait_until_s=pytest.approx(1.010 + 0.004))
 
 
 def test_over_capacity_no_wait_when_it_costs_more_than_it_buys_or_nothing_will_come() -> None:
     # Asked 10 ms earlier, the wait would be 20 ms: 18 per 0.090 s is less than 15 per
     # 0.070 s.
-    assert JustInTimeScheduler().schedule(singles_overloaded(0.955, now_s=0.990)) == Batch((0,))
+    assert rule().schedule(singles_overloaded(0.955, now_s=0.990)) == Batch((0,))
     # An observation 65 ms old: the robot does not send one every tick (a threshold
     # client), so no newer one is coming.
-    assert JustInTimeScheduler().schedule(singles_overloaded(0.935)) == Batch((0,))
+    assert rule().schedule(singles_overloaded(0.935)) == Batch((0,))
     # Once the observation from the empty queue is held, the robot is served at once.
-    assert JustInTimeScheduler().schedule(singles_overloaded(1.005, now_s=1.011)) == Batch((0,))
+    assert rule().schedule(singles_overloaded(1.005, now_s=1.011)) == Batch((0,))
 
 
 def test_over_capacity_batch_sizes_come_from_both_tick_charges() -> None:
@@ -186,4 +192,4 @@ def test_over_capacity_batch_sizes_come_from_both_tick_charges() -> None:
         obs_time_s=0.98,
         latency_table_s=LatencyProfile.from_preset("l40s-pi05").table(5),
     )
-    assert JustInTimeScheduler().schedule(snapshot) == Batch((1, 2, 3, 4))
+    assert rule().schedule(snapshot) == Batch((1, 2, 3, 4))

@@ -46,6 +46,16 @@ the observation it sends on its last action's tick buys its whole horizon, and
 the GPU idles for it when that buys more weighted actions per second of forward
 pass and wait than the best chunk now.
 
+Over capacity, with every plan late and a small fleet whose robots send an
+observation every tick, the rule's batch is then checked by rollouts
+(:mod:`armory.scheduling.rollout`): each candidate first batch (for every size,
+the robots first by deadline or first by worth) is played forward 1.5 s, tick by
+tick, under a continuation that keeps its order and size (or picks sizes as the
+overload rule does), and one that starves the fleet at least half a weighted tick
+less than the rule's batch (under its best continuation) replaces it. A greedy rule
+sees one batch; the rollout sees that a heavy robot served early needs its next
+chunk sooner, or that a batch one robot larger would have kept up.
+
 docs/scheduling.md gives the reasoning and the measured results.
 """
 
@@ -57,6 +67,7 @@ import numpy as np
 
 from armory.scheduling.base import Scheduler
 from armory.scheduling.fluid import FluidSolution, solve_fluid
+from armory.scheduling.rollout import Continuation, FleetModel
 from armory.scheduling.snapshot import Batch, Snapshot
 
 _DENSE_SIZES = 16
@@ -102,6 +113,9 @@ class JustInTimeScheduler(Scheduler):
         margin_ticks: float = 0.5,
         late_ticks: float = 0.2,
         overload_actions: float = 5.0,
+        rollout_horizon_s: float = 1.5,
+        rollout_margin: float = 0.5,
+        rollout_max_robots: int = 16,
     ) -> None:
         # Safety margin added to every predicted finish: a fixed part (latency and
         # network jitter) and a part in control ticks of the fastest robot
@@ -116,14 +130,28 @@ class JustInTimeScheduler(Scheduler):
         # Overload: even the best back-to-back plan loses more than this many actions
         # (weighted, in units of the heaviest robot's weight).
         self.overload_actions = overload_actions
+        # Over capacity, with every plan late and every robot streaming observations,
+        # the rule's batch is checked by rolling the fleet forward this long; another
+        # batch replaces it only if it starves this many weighted ticks less. Fleets
+        # above rollout_max_robots are not rolled out (the cost grows with robots x
+        # sizes); a horizon of 0 turns rollouts off.
+        self.rollout_horizon_s = rollout_horizon_s
+        self.rollout_margin = rollout_margin
+        self.rollout_max_robots = rollout_max_robots
         self._batch_mix: dict[bytes, _FluidMix] = {}
         """The fluid optimum per set of robots."""
 
     def schedule(self, snapshot: Snapshot) -> Batch:
         """Called whenever the executor is free and at least one robot is eligible."""
-        s = snapshot
-        if not s.eligible.any():
+        if not snapshot.eligible.any():
             return Batch(())
+        batch, over_capacity = self._rule(snapshot)
+        if over_capacity and batch.robot_ids and self._streams_every_tick(snapshot):
+            batch = self._rolled_out(snapshot, batch)
+        return batch
+
+    def _rule(self, s: Snapshot) -> tuple[Batch, bool]:
+        """The rule's batch, and whether every plan is late on a fleet over capacity."""
         now = s.now_s
         # The plan covers every robot the server knows, in due order: robots whose
         # requests are still on their way (threshold and directed clients ask late)
@@ -150,7 +178,7 @@ class JustInTimeScheduler(Scheduler):
         if tardiness.min() > self.overload_actions * float(weights.max()):
             fleet_fits, sizes_used = self._fluid_optimum(s)
             if not fleet_fits and (sizes_used.max() > 1 or weights.max() > weights.min()):
-                return self._overloaded(s, sizes_used)
+                return self._overloaded(s, sizes_used), True
 
         # The least late size; among equals, the most motion per GPU second in its first
         # batch (the first eligible robots in due order). It waits for its latest start
@@ -165,9 +193,9 @@ class JustInTimeScheduler(Scheduler):
         worth_per_s = (gain_s * (s.weight * s.control_hz)[candidates][None, :] * in_batch).sum(1)
         efficiency = worth_per_s / latency[sizes]
         keys = [-efficiency, tardiness]
-        if tardiness.min() > 0.0 and (
-            fleet_fits if fleet_fits is not None else self._fluid_optimum(s)[0]
-        ):
+        if tardiness.min() > 0.0 and fleet_fits is None:
+            fleet_fits = self._fluid_optimum(s)[0]
+        if tardiness.min() > 0.0 and fleet_fits:
             # Every plan is late by the margin, yet the fleet fits: the least late plan
             # is the one that finishes least past the deadlines plus late_ticks. With
             # the margin instead, a heavy robot's lateness that would cost no tick can
@@ -176,8 +204,53 @@ class JustInTimeScheduler(Scheduler):
             keys.append(np.round((late * value_per_s[None, :]).sum(axis=1), 9))
         best = int(np.lexsort(keys)[0])
         if tardiness[best] == 0.0 and latest_start_s[best] > now:
-            return Batch((), wait_until_s=float(latest_start_s[best]))
-        return Batch(tuple(s.robot_id[candidates[: sizes[best]]].tolist()))
+            return Batch((), wait_until_s=float(latest_start_s[best])), False
+        over_capacity = tardiness.min() > 0.0 and not fleet_fits
+        return Batch(tuple(s.robot_id[candidates[: sizes[best]]].tolist())), over_capacity
+
+    def _streams_every_tick(self, s: Snapshot) -> bool:
+        """Whether the fleet is small enough to roll out and every robot's held
+        observation is at most a tick and a link old (it sends one every tick)."""
+        if s.num_robots > self.rollout_max_robots or self.rollout_horizon_s <= 0.0:
+            return False
+        age_s = s.now_s - s.obs_time_s
+        return bool(np.all(age_s <= 1.0 / s.control_hz + s.downlink_s + self.margin_s))
+
+    def _rolled_out(self, s: Snapshot, batch: Batch) -> Batch:
+        """The rule's batch, unless a rollout finds one that starves the fleet less.
+
+        Each candidate first batch (for every size, the robots first by deadline, or
+        first by the weighted actions a chunk adds) is played forward
+        ``rollout_horizon_s`` with a continuation that keeps that order and size (or,
+        worth first, picks sizes as the overload rule does). The rule's batch is
+        judged by its best continuation of all of these; a candidate replaces it only
+        if it starves at least ``rollout_margin`` weighted ticks less.
+        """
+        model = FleetModel(s)
+        rows = np.flatnonzero(s.eligible)
+        by_deadline = rows[np.lexsort((s.contact_order[rows], s.deadline_s[rows]))]
+        added_s = s.chunk_seconds()[rows] - np.maximum(0.0, s.deadline_s[rows] - s.obs_time_s[rows])
+        worth = s.weight[rows] * s.control_hz[rows] * np.maximum(added_s, 0.0)
+        by_worth = rows[np.lexsort((s.contact_order[rows], s.deadline_s[rows], -worth))]
+        sizes_used = tuple(int(b) for b in self._fluid_optimum(s)[1])
+        largest = min(s.max_batch_size, rows.size)
+        plans = []
+        for size in range(1, largest + 1):
+            plans.append((by_deadline[:size], Continuation("deadline", size)))
+            plans.append((by_worth[:size], Continuation("worth", size)))
+            plans.append((by_worth[:size], Continuation("worth", sizes=sizes_used)))
+        row_of = {int(robot): row for row, robot in enumerate(s.robot_id.tolist())}
+        chosen = [row_of[robot] for robot in batch.robot_ids]
+        horizon_s = self.rollout_horizon_s
+        kept = min(model.starved(chosen, plan, horizon_s) for _, plan in plans)
+        best_rows, least = None, kept - self.rollout_margin
+        for first, plan in plans:
+            starved = model.starved(first.tolist(), plan, horizon_s)
+            if starved < least - 1e-9:
+                best_rows, least = first, starved
+        if best_rows is None:
+            return batch
+        return Batch(tuple(s.robot_id[best_rows].tolist()))
 
     def _overloaded(self, s: Snapshot, sizes_used: np.ndarray) -> Batch:
         """The batch, of a size the fluid optimum uses, that buys the most weighted
