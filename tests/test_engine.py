@@ -432,6 +432,43 @@ def test_the_next_batch_is_decided_ahead_and_queued_behind_the_running_one() -> 
     assert learned == pytest.approx(0.065)  # median of the worker's 0.05 and 0.08
 
 
+def test_a_slow_scheduler_is_asked_ahead_by_its_recent_decision_time() -> None:
+    """The loop learns how long the scheduler takes to decide and asks that much earlier,
+    so a slow decision (a scheduler rolling the fleet forward) still has the next batch
+    queued when the running one ends."""
+
+    class Slow(Scheduler):
+        name = "slow"
+
+        def schedule(self, snapshot: Snapshot) -> Batch:
+            time.sleep(0.05)
+            return Batch((int(snapshot.robot_id[0]),))
+
+    async def scenario() -> tuple[float, float]:
+        loop = BatchLoop(
+            _RecordingExecutor(),  # type: ignore[arg-type]
+            Slow(),
+            LatencyProfile({1: 0.5}),
+            max_batch_size=1,
+            clock=lambda: 100.0,
+            decide_ahead_s=0.01,
+        )
+        loop.submit(7, _one_action_plan(), make_obs(0), received_s=100.0)
+        loop._decide(100.0, ahead=False)  # starts a batch expected to end at 100.5
+        learned = loop.recent_decision_s
+        assert loop._timer is not None
+        delay_s = loop._timer.when() - asyncio.get_running_loop().time()
+        loop._cancel_timer()
+        assert loop._running is not None
+        loop._running.cancel()
+        return learned, delay_s
+
+    learned, delay_s = run(scenario)
+    assert learned >= 0.2 * 0.05  # a fifth of the first 50 ms decision
+    # The timer fires the decision-ahead margin plus the learned decision time early.
+    assert delay_s == pytest.approx(0.5 - 0.01 - learned, abs=0.02)
+
+
 def test_a_pipelined_robot_in_the_running_and_the_queued_batch_keeps_both_requests() -> None:
     """A pipelined robot's newer observation is queued behind the batch that computes its
     older one: each request is its own; a disconnect fails both and drops both chunks."""

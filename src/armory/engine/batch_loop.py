@@ -11,9 +11,10 @@ sleeping until then or until something changes (a request arrives, a robot
 leaves, a batch finishes), whichever comes first.
 
 With ``decide_ahead_s`` (the server's default is 2 ms) the executor is "free" that
-long before the running batch should end: the loop decides then, with ``now`` the
-expected end, and queues the batch behind the running one, so the worker goes
-from one forward pass to the next without waiting for the loop. If the running
+long, plus the scheduler's recent decision time, before the running batch should
+end: the loop decides then, with ``now`` the expected end, and queues the batch
+behind the running one, so the worker goes from one forward pass to the next
+without waiting for the loop, however long the scheduler takes to decide. If the running
 batch overruns its expected end by as much again, the queued one is taken back
 (unless the worker has started it) and decided afresh when the running one ends.
 The seconds fed to the profile are the worker's own for each batch.
@@ -59,6 +60,9 @@ Clock = Callable[[], float]
 
 _MIN_WAIT_S = 0.001
 """Shortest sleep when a scheduler asks to be woken at a time already past."""
+
+_DECISION_SMOOTHING = 0.2
+"""Weight of the newest decision in the moving average of decision times."""
 
 
 @dataclass(frozen=True)
@@ -171,8 +175,10 @@ class BatchLoop:
         self.idle_poll_s = idle_poll_s
         """Re-ask a scheduler that returned an empty batch without ``wait_until_s`` after this."""
         self.decide_ahead_s = decide_ahead_s
-        """Decide the next batch this long before the running one should end, and queue it
-        behind it (0: when it ends)."""
+        """Decide the next batch this long (plus the recent decision time) before the
+        running one should end, and queue it behind it (0: when it ends)."""
+        self.recent_decision_s = 0.0
+        """Moving average of the scheduler's time per decision (added to the lead)."""
         self.mirror = QueueMirror()
         self.recent_batch_size = 1.0
         """Moving average of batch sizes (used to tell robots when to ask again)."""
@@ -367,6 +373,7 @@ class BatchLoop:
         decision_s = time.perf_counter() - started
         self._counters.num_decisions += 1
         self._counters.decision_s += decision_s
+        self.recent_decision_s += _DECISION_SMOOTHING * (decision_s - self.recent_decision_s)
         if not batch.robot_ids:
             if batch.wait_until_s is None:
                 return self.idle_poll_s
@@ -444,7 +451,8 @@ class BatchLoop:
         self._running_end_s = end_s
         if self._closing or not self.decide_ahead_s:
             return
-        delay_s = max(end_s - self.decide_ahead_s - self.clock(), 0.0)
+        lead_s = self.decide_ahead_s + self.recent_decision_s
+        delay_s = max(end_s - lead_s - self.clock(), 0.0)
         self._timer = asyncio.get_running_loop().call_later(delay_s, self._decide_ahead)
 
     def _batch_done(
