@@ -49,7 +49,7 @@ pass and wait than the best chunk now.
 Over capacity, with every plan late and a small fleet whose robots send an
 observation every tick, the rule's batch is then checked by rollouts
 (:mod:`armory.scheduling.rollout`): each candidate first batch (for every size,
-the robots first by deadline or first by worth) is played forward 1.5 s, tick by
+the robots first by deadline or first by worth) is played forward 0.75 s, tick by
 tick, under a continuation that keeps its order and size (or picks sizes as the
 overload rule does), and one that starves the fleet at least half a weighted tick
 less than the rule's batch (under its best continuation) replaces it. A greedy rule
@@ -113,7 +113,7 @@ class JustInTimeScheduler(Scheduler):
         margin_ticks: float = 0.5,
         late_ticks: float = 0.2,
         overload_actions: float = 5.0,
-        rollout_horizon_s: float = 1.5,
+        rollout_horizon_s: float = 0.75,
         rollout_margin: float = 0.5,
         rollout_max_robots: int = 16,
     ) -> None:

@@ -134,23 +134,33 @@ class FleetModel:
     def _pick(
         self, t_s: float, continuation: Continuation, deadline: list[float], rode: list[float]
     ) -> list[int]:
-        ready = []
-        for i in range(len(deadline)):
-            phase, tick = self.phase_s[i], self.tick_s[i]
-            tau = _last_tick(phase, tick, t_s - self.link_s[i])
-            if tau > rode[i] + _EPS and _ticks_between(phase, tick, rode[i], min(tau, deadline[i])):
-                added_s = self.horizon[i] * tick - max(0.0, deadline[i] - tau)
-                worth = round(self.weight[i] * max(added_s, 0.0) / tick, 9)
-                ready.append((i, worth))
-        if continuation.order == "deadline":
-            ready.sort(key=lambda r: (deadline[r[0]], r[0]))
-        else:
-            ready.sort(key=lambda r: (-r[1], deadline[r[0]], r[0]))
+        """The next batch: robots that may ride, in the continuation's order. A robot's
+        worth is its weight times the actions a chunk adds past its queue (its deadline
+        and observation sit on its tick grid, so the overlap is a whole number of ticks
+        and equal worths tie exactly)."""
+        floor = math.floor
+        by_worth = continuation.order == "worth"
+        ready: list[tuple[float, float, int]] = []
+        for i, dry_s in enumerate(deadline):
+            phase, tick, last = self.phase_s[i], self.tick_s[i], rode[i]
+            tau = phase + floor((t_s - self.link_s[i] - phase) / tick + _EPS) * tick
+            if tau <= last + _EPS:
+                continue
+            until = tau if tau < dry_s else dry_s
+            if floor((until - phase) / tick + _EPS) - floor((last - phase) / tick + _EPS) < 1:
+                continue  # no action executed since it last rode
+            if by_worth:
+                overlap = floor((dry_s - tau) / tick + 0.5) if dry_s > tau else 0
+                added = self.horizon[i] - overlap
+                ready.append((-self.weight[i] * added if added > 0 else 0.0, dry_s, i))
+            else:
+                ready.append((dry_s, 0.0, i))
         if not ready:
             return []
+        ready.sort()
         size = continuation.size
         if continuation.sizes:
-            worth = np.cumsum([r[1] for r in ready])
+            worth = np.cumsum([-r[0] for r in ready])
             options = sorted(b for b in continuation.sizes if b <= len(ready)) or [len(ready)]
             size = max(options, key=lambda b: round(worth[b - 1] / self.latency_s[b], 9))
-        return [r[0] for r in ready[:size]]
+        return [r[2] for r in ready[:size]]
