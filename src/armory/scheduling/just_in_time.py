@@ -240,14 +240,21 @@ class JustInTimeScheduler(Scheduler):
             plans.append((by_worth[:size], Continuation("worth", size)))
             plans.append((by_worth[:size], Continuation("worth", sizes=sizes_used)))
         row_of = {int(robot): row for row, robot in enumerate(s.robot_id.tolist())}
-        chosen = [row_of[robot] for robot in batch.robot_ids]
-        horizon_s = self.rollout_horizon_s
-        kept = min(model.starved(chosen, plan, horizon_s) for _, plan in plans)
+        chosen = tuple(row_of[robot] for robot in batch.robot_ids)
+        played: dict[tuple[tuple[int, ...], Continuation], float] = {}
+
+        def starved(first: tuple[int, ...], plan: Continuation) -> float:
+            key = (first, plan)
+            if key not in played:
+                played[key] = model.starved(first, plan, self.rollout_horizon_s)
+            return played[key]
+
+        kept = min(starved(chosen, plan) for _, plan in plans)
         best_rows, least = None, kept - self.rollout_margin
         for first, plan in plans:
-            starved = model.starved(first.tolist(), plan, horizon_s)
-            if starved < least - 1e-9:
-                best_rows, least = first, starved
+            cost = starved(tuple(first.tolist()), plan)
+            if cost < least - 1e-9:
+                best_rows, least = first, cost
         if best_rows is None:
             return batch
         return Batch(tuple(s.robot_id[best_rows].tolist()))
