@@ -138,19 +138,17 @@ class FleetModel:
         worth is its weight times the actions a chunk adds past its queue (its deadline
         and observation sit on its tick grid, so the overlap is a whole number of ticks
         and equal worths tie exactly)."""
-        floor = math.floor
         by_worth = continuation.order == "worth"
         ready: list[tuple[float, float, int]] = []
         for i, dry_s in enumerate(deadline):
             phase, tick, last = self.phase_s[i], self.tick_s[i], rode[i]
-            tau = phase + floor((t_s - self.link_s[i] - phase) / tick + _EPS) * tick
+            tau = _last_tick(phase, tick, t_s - self.link_s[i])
             if tau <= last + _EPS:
                 continue
-            until = tau if tau < dry_s else dry_s
-            if floor((until - phase) / tick + _EPS) - floor((last - phase) / tick + _EPS) < 1:
+            if _ticks_between(phase, tick, last, min(tau, dry_s)) < 1:
                 continue  # no action executed since it last rode
             if by_worth:
-                overlap = floor((dry_s - tau) / tick + 0.5) if dry_s > tau else 0
+                overlap = math.floor((dry_s - tau) / tick + 0.5) if dry_s > tau else 0
                 added = self.horizon[i] - overlap
                 ready.append((-self.weight[i] * added if added > 0 else 0.0, dry_s, i))
             else:
