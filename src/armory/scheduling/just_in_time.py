@@ -193,9 +193,10 @@ class JustInTimeScheduler(Scheduler):
         worth_per_s = (gain_s * (s.weight * s.control_hz)[candidates][None, :] * in_batch).sum(1)
         efficiency = worth_per_s / latency[sizes]
         keys = [-efficiency, tardiness]
-        if tardiness.min() > 0.0 and fleet_fits is None:
+        every_plan_late = tardiness.min() > 0.0
+        if every_plan_late and fleet_fits is None:
             fleet_fits = self._fluid_optimum(s)[0]
-        if tardiness.min() > 0.0 and fleet_fits:
+        if every_plan_late and fleet_fits:
             # Every plan is late by the margin, yet the fleet fits: the least late plan
             # is the one that finishes least past the deadlines plus late_ticks. With
             # the margin instead, a heavy robot's lateness that would cost no tick can
@@ -205,16 +206,21 @@ class JustInTimeScheduler(Scheduler):
         best = int(np.lexsort(keys)[0])
         if tardiness[best] == 0.0 and latest_start_s[best] > now:
             return Batch((), wait_until_s=float(latest_start_s[best])), False
-        over_capacity = tardiness.min() > 0.0 and not fleet_fits
-        return Batch(tuple(s.robot_id[candidates[: sizes[best]]].tolist())), over_capacity
+        batch = Batch(tuple(s.robot_id[candidates[: sizes[best]]].tolist()))
+        return batch, every_plan_late and not fleet_fits
 
     def _streams_every_tick(self, s: Snapshot) -> bool:
         """Whether the fleet is small enough to roll out and every robot's held
         observation is at most a tick and a link old (it sends one every tick)."""
         if s.num_robots > self.rollout_max_robots or self.rollout_horizon_s <= 0.0:
             return False
-        age_s = s.now_s - s.obs_time_s
-        return bool(np.all(age_s <= 1.0 / s.control_hz + s.downlink_s + self.margin_s))
+        return bool(self._streaming(s, np.arange(s.num_robots)).all())
+
+    def _streaming(self, s: Snapshot, rows: np.ndarray) -> np.ndarray:
+        """Per robot of ``rows``: its held observation is at most a tick and a link (and
+        the jitter margin) old, as it is for a robot that sends one every tick."""
+        age_s = s.now_s - s.obs_time_s[rows]
+        return age_s <= 1.0 / s.control_hz[rows] + s.downlink_s[rows] + self.margin_s
 
     def _rolled_out(self, s: Snapshot, batch: Batch) -> Batch:
         """The rule's batch, unless a rollout finds one that starves the fleet less.
@@ -229,9 +235,7 @@ class JustInTimeScheduler(Scheduler):
         model = FleetModel(s)
         rows = np.flatnonzero(s.eligible)
         by_deadline = rows[np.lexsort((s.contact_order[rows], s.deadline_s[rows]))]
-        added_s = s.chunk_seconds()[rows] - np.maximum(0.0, s.deadline_s[rows] - s.obs_time_s[rows])
-        worth = s.weight[rows] * s.control_hz[rows] * np.maximum(added_s, 0.0)
-        by_worth = rows[np.lexsort((s.contact_order[rows], s.deadline_s[rows], -worth))]
+        by_worth, _ = _by_worth(s, rows)
         sizes_used = tuple(int(b) for b in self._fluid_optimum(s)[1])
         largest = min(s.max_batch_size, rows.size)
         plans = []
@@ -262,15 +266,11 @@ class JustInTimeScheduler(Scheduler):
     def _overloaded(self, s: Snapshot, sizes_used: np.ndarray) -> Batch:
         """The batch, of a size the fluid optimum uses, that buys the most weighted
         actions per second of forward pass."""
-        rows = np.flatnonzero(s.eligible)
-        gain_s = s.chunk_seconds()[rows] - np.maximum(0.0, s.deadline_s[rows] - s.obs_time_s[rows])
-        worth = s.weight[rows] * s.control_hz[rows] * np.maximum(gain_s, 0.0)
+        rows, worth = _by_worth(s, np.flatnonzero(s.eligible))
         if sizes_used.max() == 1:
             wait_until_s = self._empty_queue_wait(s, rows, worth)
             if wait_until_s is not None:
                 return Batch((), wait_until_s=wait_until_s)
-        order = np.lexsort((s.contact_order[rows], s.deadline_s[rows], -worth))
-        rows, worth = rows[order], worth[order]
         sizes = sizes_used[sizes_used <= rows.size]
         if sizes.size == 0:
             sizes = np.array([rows.size])
@@ -299,7 +299,7 @@ class JustInTimeScheduler(Scheduler):
         link_s = s.downlink_s[rows]
         arrival_s = deadline_s + link_s
         pending = (
-            (now - obs_s <= tick_s + link_s + self.margin_s)
+            self._streaming(s, rows)
             & (obs_s < deadline_s)
             & (arrival_s > now)
             & (arrival_s - now <= tick_s)
@@ -358,6 +358,16 @@ class JustInTimeScheduler(Scheduler):
             self._batch_mix.clear()
         self._batch_mix[key] = _FluidMix(table.copy(), links_s, fits, sizes)
         return fits, sizes
+
+
+def _by_worth(s: Snapshot, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``rows`` ordered by the weighted actions a chunk would add past each robot's
+    queue (``weight * f * (E/f - overlap with the old queue)``), then by deadline and
+    first contact; and those worths in that order."""
+    added_s = s.chunk_seconds()[rows] - np.maximum(0.0, s.deadline_s[rows] - s.obs_time_s[rows])
+    worth = s.weight[rows] * s.control_hz[rows] * np.maximum(added_s, 0.0)
+    order = np.lexsort((s.contact_order[rows], s.deadline_s[rows], -worth))
+    return rows[order], worth[order]
 
 
 def _sizes_used(solution: FluidSolution) -> np.ndarray:
