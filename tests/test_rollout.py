@@ -46,6 +46,19 @@ def test_a_chunk_landing_in_time_replaces_the_queue_from_its_observation_on() ->
     assert model.starved([], nobody, horizon_s=0.5) == 8
 
 
+def test_a_play_stops_at_its_limit_with_a_count_between_the_limit_and_the_full_one() -> None:
+    """A play that reaches ``limit`` returns early with at least ``limit`` (and never
+    more than the full count); one that stays below returns the full count."""
+    snapshot = make_snapshot([1.0, 1.02, 1.04], now_s=1.006, obs_time_s=1.0)
+    model = FleetModel(snapshot)
+    alone = Continuation("deadline", 1)
+    full = model.starved([0], alone, horizon_s=2.0)
+    assert full > 4
+    assert model.starved([0], alone, horizon_s=2.0, limit=full + 1) == full
+    stopped = model.starved([0], alone, horizon_s=2.0, limit=2)
+    assert 2 <= stopped < full  # it stopped early
+
+
 class _InDeadlineOrder(Scheduler):
     """Back-to-back batches of a fixed size, earliest deadline first, remembering one
     snapshot taken after start-up."""

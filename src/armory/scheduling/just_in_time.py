@@ -61,6 +61,7 @@ docs/scheduling.md gives the reasoning and the measured results.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -245,18 +246,24 @@ class JustInTimeScheduler(Scheduler):
             plans.append((by_worth[:size], Continuation("worth", sizes=sizes_used)))
         row_of = {int(robot): row for row, robot in enumerate(s.robot_id.tolist())}
         chosen = tuple(row_of[robot] for robot in batch.robot_ids)
-        played: dict[tuple[tuple[int, ...], Continuation], float] = {}
+        # Each play's count, and whether it is the full count (a play stops once it
+        # can no longer matter).
+        played: dict[tuple[tuple[int, ...], Continuation], tuple[float, bool]] = {}
 
-        def starved(first: tuple[int, ...], plan: Continuation) -> float:
-            key = (first, plan)
-            if key not in played:
-                played[key] = model.starved(first, plan, self.rollout_horizon_s)
-            return played[key]
+        def starved(first: tuple[int, ...], plan: Continuation, limit: float) -> float:
+            known = played.get((first, plan))
+            if known is not None and (known[1] or known[0] >= limit):
+                return known[0]
+            count = model.starved(first, plan, self.rollout_horizon_s, limit)
+            played[(first, plan)] = (count, count < limit)
+            return count
 
-        kept = min(starved(chosen, plan) for _, plan in plans)
+        kept = math.inf
+        for _, plan in plans:
+            kept = min(kept, starved(chosen, plan, kept))
         best_rows, least = None, kept - self.rollout_margin
         for first, plan in plans:
-            cost = starved(tuple(first.tolist()), plan)
+            cost = starved(tuple(first.tolist()), plan, least - 1e-9)
             if cost < least - 1e-9:
                 best_rows, least = first, cost
         if best_rows is None:

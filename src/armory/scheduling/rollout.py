@@ -20,12 +20,11 @@ model's weighted throughput over 60 s is within 0.3%.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
-
-import numpy as np
 
 from armory.scheduling.snapshot import Snapshot
 
@@ -63,7 +62,7 @@ class FleetModel:
     def __init__(self, snapshot: Snapshot) -> None:
         s = snapshot
         self.now_s = s.now_s
-        self.latency_s = s.latency_table_s
+        self.latency_s = s.latency_table_s.tolist()
         self.tick_s = (1.0 / s.control_hz).tolist()
         self.phase_s = [float(o % t) for o, t in zip(s.obs_time_s, self.tick_s, strict=True)]
         self.horizon = s.max_execution_horizon.tolist()
@@ -76,9 +75,17 @@ class FleetModel:
             float(o) - (1e-6 if e else 0.0) for o, e in zip(s.obs_time_s, s.eligible, strict=True)
         ]
 
-    def starved(self, first: Sequence[int], continuation: Continuation, horizon_s: float) -> float:
+    def starved(
+        self,
+        first: Sequence[int],
+        continuation: Continuation,
+        horizon_s: float,
+        limit: float = math.inf,
+    ) -> float:
         """Weighted starved ticks in the next ``horizon_s`` if the batch of robots
-        ``first`` (row indices) starts now and ``continuation`` picks the rest."""
+        ``first`` (row indices) starts now and ``continuation`` picks the rest. The
+        play stops once the count reaches ``limit``, returning the count so far (at
+        least ``limit``, at most the full count)."""
         deadline = list(self.deadline_s)
         rode = list(self.rode_s)
         counted = [self.now_s] * len(deadline)
@@ -88,13 +95,15 @@ class FleetModel:
         batch = list(first)
         while t_s < end_s:
             if batch:
-                latency_s = float(self.latency_s[len(batch)])
+                latency_s = self.latency_s[len(batch)]
                 for i in batch:
                     tau = _last_tick(self.phase_s[i], self.tick_s[i], t_s - self.link_s[i])
                     rode[i] = tau
                     starved += self._land(
                         i, tau, t_s + latency_s + self.link_s[i], deadline, counted, end_s
                     )
+                if starved >= limit:
+                    return starved
                 t_s += latency_s
             else:
                 t_s += 0.002  # nobody may ride: look again shortly
@@ -139,16 +148,23 @@ class FleetModel:
         and observation sit on its tick grid, so the overlap is a whole number of ticks
         and equal worths tie exactly)."""
         by_worth = continuation.order == "worth"
+        floor = math.floor
         ready: list[tuple[float, float, int]] = []
         for i, dry_s in enumerate(deadline):
             phase, tick, last = self.phase_s[i], self.tick_s[i], rode[i]
-            tau = _last_tick(phase, tick, t_s - self.link_s[i])
+            # The robot's newest observation here, and whether it executed an action
+            # since it last rode (_last_tick and _ticks_between, inlined: this is the
+            # model's innermost loop).
+            tau = phase + floor((t_s - self.link_s[i] - phase) / tick + _EPS) * tick
             if tau <= last + _EPS:
                 continue
-            if _ticks_between(phase, tick, last, min(tau, dry_s)) < 1:
-                continue  # no action executed since it last rode
+            until_s = tau if tau <= dry_s else dry_s
+            if until_s <= last or (
+                floor((until_s - phase) / tick + _EPS) - floor((last - phase) / tick + _EPS) < 1
+            ):
+                continue
             if by_worth:
-                overlap = math.floor((dry_s - tau) / tick + 0.5) if dry_s > tau else 0
+                overlap = floor((dry_s - tau) / tick + 0.5) if dry_s > tau else 0
                 added = self.horizon[i] - overlap
                 ready.append((-self.weight[i] * added if added > 0 else 0.0, dry_s, i))
             else:
@@ -158,7 +174,7 @@ class FleetModel:
         ready.sort()
         size = continuation.size
         if continuation.sizes:
-            worth = np.cumsum([-r[0] for r in ready])
+            worth = list(itertools.accumulate(-r[0] for r in ready))
             options = sorted(b for b in continuation.sizes if b <= len(ready)) or [len(ready)]
             size = max(options, key=lambda b: round(worth[b - 1] / self.latency_s[b], 9))
         return [r[2] for r in ready[:size]]
