@@ -56,6 +56,13 @@ less than the rule's batch (under its best continuation) replaces it. A greedy r
 sees one batch; the rollout sees that a heavy robot served early needs its next
 chunk sooner, or that a batch one robot larger would have kept up.
 
+On a fleet that fits, with every robot streaming, a batch the rule dispatches is
+played on in back-to-back batches of its size (earliest deadline first) for 1.5
+s. If that starves a robot while back-to-back batches of another size starve
+nobody, the first batch of the smallest such size is taken: the rule judges one
+round of the fleet, and near capacity small batches that are on time for one
+round can cost more GPU per chunk than the fleet can sustain.
+
 docs/scheduling.md gives the reasoning and the measured results.
 """
 
@@ -68,8 +75,12 @@ import numpy as np
 
 from armory.scheduling.base import Scheduler
 from armory.scheduling.fluid import FluidSolution, solve_fluid
+from armory.scheduling.ordering import earliest_deadline_order
 from armory.scheduling.rollout import Continuation, FleetModel
 from armory.scheduling.snapshot import Batch, Snapshot
+
+_ANY = 1e-9
+"""A rollout limit that stops a play at its first starved tick."""
 
 _DENSE_SIZES = 16
 """Up to this max batch size every size is a candidate; past it a geometric subset."""
@@ -117,6 +128,7 @@ class JustInTimeScheduler(Scheduler):
         rollout_horizon_s: float = 0.75,
         rollout_margin: float = 0.5,
         rollout_max_robots: int = 16,
+        cadence_horizon_s: float = 1.5,
     ) -> None:
         # Safety margin added to every predicted finish: a fixed part (latency and
         # network jitter) and a part in control ticks of the fastest robot
@@ -139,6 +151,10 @@ class JustInTimeScheduler(Scheduler):
         self.rollout_horizon_s = rollout_horizon_s
         self.rollout_margin = rollout_margin
         self.rollout_max_robots = rollout_max_robots
+        # On a fleet that fits, with every robot streaming, the rule's batch is played
+        # on in back-to-back batches of its size this long; if that starves a robot
+        # and back-to-back batches of another size do not, that size is taken. 0: off.
+        self.cadence_horizon_s = cadence_horizon_s
         self._batch_mix: dict[bytes, _FluidMix] = {}
         """The fluid optimum per set of robots."""
 
@@ -147,8 +163,12 @@ class JustInTimeScheduler(Scheduler):
         if not snapshot.eligible.any():
             return Batch(())
         batch, over_capacity = self._rule(snapshot)
-        if over_capacity and batch.robot_ids and self._streams_every_tick(snapshot):
-            batch = self._rolled_out(snapshot, batch)
+        if not batch.robot_ids or not self._streams_every_tick(snapshot):
+            return batch
+        if over_capacity:
+            return self._rolled_out(snapshot, batch)
+        if self.cadence_horizon_s > 0.0 and self._fluid_optimum(snapshot)[0]:
+            return self._steady_cadence(snapshot, batch)
         return batch
 
     def _rule(self, s: Snapshot) -> tuple[Batch, bool]:
@@ -235,7 +255,7 @@ class JustInTimeScheduler(Scheduler):
         """
         model = FleetModel(s)
         rows = np.flatnonzero(s.eligible)
-        by_deadline = rows[np.lexsort((s.contact_order[rows], s.deadline_s[rows]))]
+        by_deadline = earliest_deadline_order(s)
         by_worth, _ = _by_worth(s, rows)
         sizes_used = tuple(int(b) for b in self._fluid_optimum(s)[1])
         largest = min(s.max_batch_size, rows.size)
@@ -244,8 +264,7 @@ class JustInTimeScheduler(Scheduler):
             plans.append((by_deadline[:size], Continuation("deadline", size)))
             plans.append((by_worth[:size], Continuation("worth", size)))
             plans.append((by_worth[:size], Continuation("worth", sizes=sizes_used)))
-        row_of = {int(robot): row for row, robot in enumerate(s.robot_id.tolist())}
-        chosen = tuple(row_of[robot] for robot in batch.robot_ids)
+        chosen = _rows(s, batch)
         # Each play's count, and whether it is the full count (a play stops once it
         # can no longer matter).
         played: dict[tuple[tuple[int, ...], Continuation], tuple[float, bool]] = {}
@@ -269,6 +288,32 @@ class JustInTimeScheduler(Scheduler):
         if best_rows is None:
             return batch
         return Batch(tuple(s.robot_id[best_rows].tolist()))
+
+    def _steady_cadence(self, s: Snapshot, batch: Batch) -> Batch:
+        """On a fleet that fits: the rule's batch, unless back-to-back batches of its
+        size (earliest deadline first) starve a robot within ``cadence_horizon_s``
+        while back-to-back batches of another size do not; then the first batch of the
+        smallest such size.
+
+        The rule judges a plan by one round of the fleet. Near capacity a plan of
+        small batches can be on time for that round yet cost more GPU per chunk than
+        the fleet can sustain, so each round ends a little later until a robot runs
+        dry; a steady cadence of larger batches keeps everyone fed.
+        """
+        model = FleetModel(s)
+        chosen = _rows(s, batch)
+        horizon_s = self.cadence_horizon_s
+        # A play stops at its first starved tick: only zero or not matters here.
+        if model.starved(chosen, Continuation("deadline", len(chosen)), horizon_s, _ANY) == 0:
+            return batch
+        by_deadline = earliest_deadline_order(s)
+        for size in range(1, min(s.max_batch_size, by_deadline.size) + 1):
+            first = tuple(by_deadline[:size].tolist())
+            if first == chosen:
+                continue
+            if model.starved(first, Continuation("deadline", size), horizon_s, _ANY) == 0:
+                return Batch(tuple(s.robot_id[list(first)].tolist()))
+        return batch
 
     def _overloaded(self, s: Snapshot, sizes_used: np.ndarray) -> Batch:
         """The batch, of a size the fluid optimum uses, that buys the most weighted
@@ -365,6 +410,12 @@ class JustInTimeScheduler(Scheduler):
             self._batch_mix.clear()
         self._batch_mix[key] = _FluidMix(table.copy(), links_s, fits, sizes)
         return fits, sizes
+
+
+def _rows(s: Snapshot, batch: Batch) -> tuple[int, ...]:
+    """The snapshot rows of ``batch``'s robots."""
+    row_of = {robot: row for row, robot in enumerate(s.robot_id.tolist())}
+    return tuple(row_of[robot] for robot in batch.robot_ids)
 
 
 def _by_worth(s: Snapshot, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
