@@ -8,7 +8,7 @@ import pytest
 from factories import make_snapshot
 
 from armory.engine.latency_profile import LatencyProfile
-from armory.scheduling import just_in_time
+from armory.scheduling import fluid_mix
 from armory.scheduling.just_in_time import JustInTimeScheduler, candidate_sizes
 from armory.scheduling.snapshot import Batch
 
@@ -106,7 +106,7 @@ def test_the_fluid_optimum_is_solved_once_while_latencies_and_links_hold_still(
     """A live server's learned latencies and link estimates move a little at every batch;
     the optimum is solved again only past 2% of latency or a 5 ms step of link."""
     solves = []
-    solve = just_in_time.solve_fluid
+    solve = fluid_mix.solve_fluid
 
     def counting_solve(*args: object, **kwargs: object) -> object:
         # Each optimum is solved under both tick charges; count it once.
@@ -114,7 +114,7 @@ def test_the_fluid_optimum_is_solved_once_while_latencies_and_links_hold_still(
             solves.append(args)
         return solve(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(just_in_time, "solve_fluid", counting_solve)
+    monkeypatch.setattr(fluid_mix, "solve_fluid", counting_solve)
     scheduler = JustInTimeScheduler()
     table = LatencyProfile.from_preset("l40s-pi05").table(4)
     weights = [1, 1, 1, 5, 1, 1, 1, 1]

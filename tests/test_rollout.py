@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 from factories import make_snapshot
 
+from armory.engine.latency_profile import LatencyProfile
 from armory.fleet_spec import load_fleet
 from armory.scheduling.base import Scheduler
 from armory.scheduling.just_in_time import JustInTimeScheduler
 from armory.scheduling.rollout import Continuation, FleetModel
+from armory.scheduling.rollout_checks import steady_cadence
 from armory.scheduling.snapshot import Batch, Snapshot
 from armory.sim.simulator import SimConfig, Simulator, simulate
 
@@ -156,3 +158,33 @@ def test_a_steady_cadence_keeps_a_fleet_that_fits_fed() -> None:
         cadence_starved.append(simulate(fleet, JustInTimeScheduler(), config).system.starvation)
     assert max(rule_starved) > 0.003
     assert cadence_starved == [0.0, 0.0, 0.0]
+
+
+def test_a_steady_cadence_replaces_a_batch_whose_size_would_starve_a_robot() -> None:
+    """Two robots at horizon 6 and two at 10 under the paper profile, observations from
+    the tick at 1.0 s. Played back-to-back over 1.5 s, singles starve 2 ticks, pairs 6,
+    triples none, batches of 4 8: a single gives way to the first triple by deadline;
+    a triple stands; and where no size starves nobody the rule's batch stands."""
+    table = LatencyProfile.from_preset("l40s-pi05-paper").table(4)
+
+    def snapshot(deadline_s: list[float]) -> Snapshot:
+        return make_snapshot(
+            deadline_s,
+            now_s=1.006,
+            obs_time_s=1.0,
+            max_execution_horizon=[6, 6, 10, 10],
+            latency_table_s=table,
+        )
+
+    fits = snapshot([1.15, 1.15, 1.25, 1.35])
+    model = FleetModel(fits)
+    starved = [
+        model.starved(tuple(range(size)), Continuation("deadline", size), 1.5)
+        for size in range(1, 5)
+    ]
+    assert starved == [2, 6, 0, 8]
+    assert steady_cadence(fits, Batch((0,)), horizon_s=1.5) == Batch((0, 1, 2))
+    assert steady_cadence(fits, Batch((0, 1, 2)), horizon_s=1.5) == Batch((0, 1, 2))
+    # Deadlines 50 ms earlier for robots 0, 2 and 3: every size starves somebody.
+    tight = snapshot([1.10, 1.15, 1.20, 1.30])
+    assert steady_cadence(tight, Batch((0,)), horizon_s=1.5) == Batch((0,))

@@ -68,35 +68,16 @@ docs/scheduling.md gives the reasoning and the measured results.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import numpy as np
 
 from armory.scheduling.base import Scheduler
-from armory.scheduling.fluid import FluidSolution, solve_fluid
-from armory.scheduling.ordering import earliest_deadline_order
-from armory.scheduling.rollout import Continuation, FleetModel
+from armory.scheduling.fluid_mix import FluidMixCache
+from armory.scheduling.ordering import worth_order
+from armory.scheduling.rollout_checks import best_first_batch, steady_cadence
 from armory.scheduling.snapshot import Batch, Snapshot
-
-_ANY = 1e-9
-"""A rollout limit that stops a play at its first starved tick."""
 
 _DENSE_SIZES = 16
 """Up to this max batch size every size is a candidate; past it a geometric subset."""
-
-_MIX_SHARE = 0.05
-"""A batch size the fluid optimum runs for less than this share of its batches is unused."""
-
-_MIX_CACHE_SIZE = 64
-"""Fleet compositions whose fluid optimum is remembered."""
-
-_MIX_TABLE_TOLERANCE = 0.02
-"""Relative change of any batch size's latency that makes a remembered optimum stale."""
-
-_MIX_LINK_STEP_S = 0.005
-"""Round-trip links are grouped in steps of this much; a robot's link moving by more
-makes a remembered optimum stale."""
 
 
 def candidate_sizes(max_size: int) -> np.ndarray:
@@ -155,8 +136,7 @@ class JustInTimeScheduler(Scheduler):
         # on in back-to-back batches of its size this long; if that starves a robot
         # and back-to-back batches of another size do not, that size is taken. 0: off.
         self.cadence_horizon_s = cadence_horizon_s
-        self._batch_mix: dict[bytes, _FluidMix] = {}
-        """The fluid optimum per set of robots."""
+        self._fluid_mix = FluidMixCache()
 
     def schedule(self, snapshot: Snapshot) -> Batch:
         """Called whenever the executor is free and at least one robot is eligible."""
@@ -166,9 +146,16 @@ class JustInTimeScheduler(Scheduler):
         if not batch.robot_ids or not self._streams_every_tick(snapshot):
             return batch
         if over_capacity:
-            return self._rolled_out(snapshot, batch)
+            sizes_used = tuple(int(b) for b in self._fluid_optimum(snapshot)[1])
+            return best_first_batch(
+                snapshot,
+                batch,
+                horizon_s=self.rollout_horizon_s,
+                margin=self.rollout_margin,
+                sizes_used=sizes_used,
+            )
         if self.cadence_horizon_s > 0.0 and self._fluid_optimum(snapshot)[0]:
-            return self._steady_cadence(snapshot, batch)
+            return steady_cadence(snapshot, batch, horizon_s=self.cadence_horizon_s)
         return batch
 
     def _rule(self, s: Snapshot) -> tuple[Batch, bool]:
@@ -243,82 +230,10 @@ class JustInTimeScheduler(Scheduler):
         age_s = s.now_s - s.obs_time_s[rows]
         return age_s <= 1.0 / s.control_hz[rows] + s.downlink_s[rows] + self.margin_s
 
-    def _rolled_out(self, s: Snapshot, batch: Batch) -> Batch:
-        """The rule's batch, unless a rollout finds one that starves the fleet less.
-
-        Each candidate first batch (for every size, the robots first by deadline, or
-        first by the weighted actions a chunk adds) is played forward
-        ``rollout_horizon_s`` with a continuation that keeps that order and size (or,
-        worth first, picks sizes as the overload rule does). The rule's batch is
-        judged by its best continuation of all of these; a candidate replaces it only
-        if it starves at least ``rollout_margin`` weighted ticks less.
-        """
-        model = FleetModel(s)
-        rows = np.flatnonzero(s.eligible)
-        by_deadline = earliest_deadline_order(s)
-        by_worth, _ = _by_worth(s, rows)
-        sizes_used = tuple(int(b) for b in self._fluid_optimum(s)[1])
-        largest = min(s.max_batch_size, rows.size)
-        plans = []
-        for size in range(1, largest + 1):
-            plans.append((by_deadline[:size], Continuation("deadline", size)))
-            plans.append((by_worth[:size], Continuation("worth", size)))
-            plans.append((by_worth[:size], Continuation("worth", sizes=sizes_used)))
-        chosen = _rows(s, batch)
-        # Each play's count, and whether it is the full count (a play stops once it
-        # can no longer matter).
-        played: dict[tuple[tuple[int, ...], Continuation], tuple[float, bool]] = {}
-
-        def starved(first: tuple[int, ...], plan: Continuation, limit: float) -> float:
-            known = played.get((first, plan))
-            if known is not None and (known[1] or known[0] >= limit):
-                return known[0]
-            count = model.starved(first, plan, self.rollout_horizon_s, limit)
-            played[(first, plan)] = (count, count < limit)
-            return count
-
-        kept = math.inf
-        for _, plan in plans:
-            kept = min(kept, starved(chosen, plan, kept))
-        best_rows, least = None, kept - self.rollout_margin
-        for first, plan in plans:
-            cost = starved(tuple(first.tolist()), plan, least - 1e-9)
-            if cost < least - 1e-9:
-                best_rows, least = first, cost
-        if best_rows is None:
-            return batch
-        return Batch(tuple(s.robot_id[best_rows].tolist()))
-
-    def _steady_cadence(self, s: Snapshot, batch: Batch) -> Batch:
-        """On a fleet that fits: the rule's batch, unless back-to-back batches of its
-        size (earliest deadline first) starve a robot within ``cadence_horizon_s``
-        while back-to-back batches of another size do not; then the first batch of the
-        smallest such size.
-
-        The rule judges a plan by one round of the fleet. Near capacity a plan of
-        small batches can be on time for that round yet cost more GPU per chunk than
-        the fleet can sustain, so each round ends a little later until a robot runs
-        dry; a steady cadence of larger batches keeps everyone fed.
-        """
-        model = FleetModel(s)
-        chosen = _rows(s, batch)
-        horizon_s = self.cadence_horizon_s
-        # A play stops at its first starved tick: only zero or not matters here.
-        if model.starved(chosen, Continuation("deadline", len(chosen)), horizon_s, _ANY) == 0:
-            return batch
-        by_deadline = earliest_deadline_order(s)
-        for size in range(1, min(s.max_batch_size, by_deadline.size) + 1):
-            first = tuple(by_deadline[:size].tolist())
-            if first == chosen:
-                continue
-            if model.starved(first, Continuation("deadline", size), horizon_s, _ANY) == 0:
-                return Batch(tuple(s.robot_id[list(first)].tolist()))
-        return batch
-
     def _overloaded(self, s: Snapshot, sizes_used: np.ndarray) -> Batch:
         """The batch, of a size the fluid optimum uses, that buys the most weighted
         actions per second of forward pass."""
-        rows, worth = _by_worth(s, np.flatnonzero(s.eligible))
+        rows, worth = worth_order(s, np.flatnonzero(s.eligible))
         if sizes_used.max() == 1:
             wait_until_s = self._empty_queue_wait(s, rows, worth)
             if wait_until_s is not None:
@@ -367,87 +282,8 @@ class JustInTimeScheduler(Scheduler):
         return float(arrival_s[best]) + self.margin_s
 
     def _fluid_optimum(self, s: Snapshot) -> tuple[bool, np.ndarray]:
-        """Whether the fleet's fluid optimum (weighted, at the least GPU time) serves
-        every robot in full, and the batch sizes it uses; cached per set of robots and
-        solved again only when the latency table or a robot's link has moved by more
-        than ``_MIX_TABLE_TOLERANCE`` / ``_MIX_LINK_STEP_S`` since (a live server's
-        learned latencies and link estimates never stop moving)."""
-        key = s.robot_id.tobytes()
-        table = s.latency_table_s
-        links_s = 2.0 * s.downlink_s
-        cached = self._batch_mix.get(key)
-        if (
-            cached is not None
-            and _close(cached.table_s, table)
-            and np.all(np.abs(links_s - cached.links_s) <= _MIX_LINK_STEP_S)
-        ):
-            return cached.fits, cached.sizes
-        # Robots alike in rate, horizon, round-trip link (in steps of _MIX_LINK_STEP_S)
-        # and weight form one class of the program.
-        steps = np.round(links_s / _MIX_LINK_STEP_S) * _MIX_LINK_STEP_S
-        classes = np.stack([s.control_hz, s.max_execution_horizon, steps, s.weight], axis=1)
-        classes, counts = np.unique(np.round(classes, 6), axis=0, return_counts=True)
-        solutions = [
-            solve_fluid(
-                classes[:, 0],
-                classes[:, 1],
-                classes[:, 2],
-                table[1:],
-                weight=classes[:, 3],
-                count=counts,
-                gpu_cost=1e-3,
-                expected_ticks=expected,
-            )
-            for expected in (False, True)
-        ]
-        # Sizes: those the optimum uses when each chunk pays the fewest ticks its
-        # window can hold, and those it uses when it pays the ticks expected at a
-        # random phase (more, so smaller batches can win).
-        sizes = np.union1d(*(_sizes_used(solution) for solution in solutions))
-        sizes = candidate_sizes(s.max_batch_size) if sizes.size == 0 else sizes
-        fits = bool(np.all(solutions[0].actions_per_s >= classes[:, 0] * (1.0 - 1e-6)))
-        if len(self._batch_mix) >= _MIX_CACHE_SIZE:
-            self._batch_mix.clear()
-        self._batch_mix[key] = _FluidMix(table.copy(), links_s, fits, sizes)
-        return fits, sizes
-
-
-def _rows(s: Snapshot, batch: Batch) -> tuple[int, ...]:
-    """The snapshot rows of ``batch``'s robots."""
-    row_of = {robot: row for row, robot in enumerate(s.robot_id.tolist())}
-    return tuple(row_of[robot] for robot in batch.robot_ids)
-
-
-def _by_worth(s: Snapshot, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``rows`` ordered by the weighted actions a chunk would add past each robot's
-    queue (``weight * f * (E/f - overlap with the old queue)``), then by deadline and
-    first contact; and those worths in that order."""
-    added_s = s.chunk_seconds()[rows] - np.maximum(0.0, s.deadline_s[rows] - s.obs_time_s[rows])
-    worth = s.weight[rows] * s.control_hz[rows] * np.maximum(added_s, 0.0)
-    order = np.lexsort((s.contact_order[rows], s.deadline_s[rows], -worth))
-    return rows[order], worth[order]
-
-
-def _sizes_used(solution: FluidSolution) -> np.ndarray:
-    """Batch sizes the fluid optimum runs for at least ``_MIX_SHARE`` of its batches."""
-    batches = solution.batches_per_s
-    return np.flatnonzero(batches > _MIX_SHARE * max(batches.sum(), 1e-12)) + 1
-
-
-@dataclass(frozen=True)
-class _FluidMix:
-    """A remembered fluid optimum and what it was solved for."""
-
-    table_s: np.ndarray
-    links_s: np.ndarray
-    """Each robot's round-trip link (2 x downlink), in snapshot order."""
-    fits: bool
-    sizes: np.ndarray
-
-
-def _close(solved_for: np.ndarray, table: np.ndarray) -> bool:
-    """Whether ``table`` is within ``_MIX_TABLE_TOLERANCE`` of the table an optimum was
-    solved for, at every batch size."""
-    if solved_for.shape != table.shape:
-        return False
-    return bool(np.all(np.abs(table - solved_for) <= _MIX_TABLE_TOLERANCE * solved_for))
+        """Whether the fleet's fluid optimum serves every robot in full, and the batch
+        sizes it uses (every candidate size if it uses none)."""
+        mix = self._fluid_mix.lookup(s)
+        sizes = mix.sizes if mix.sizes.size else candidate_sizes(s.max_batch_size)
+        return mix.fits, sizes

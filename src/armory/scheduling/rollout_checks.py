@@ -1,0 +1,111 @@
+"""Checks of a rule's batch by rollouts (:mod:`armory.scheduling.rollout`).
+
+A greedy rule sees one batch; what it costs shows up batches later. Both checks
+play the fleet forward from the rule's batch and from alternatives, and keep the
+rule's batch unless an alternative clearly starves the fleet less:
+
+- :func:`best_first_batch`, over capacity: the first batch, among deadline and
+  worth prefixes of every size, that starves the fleet least under its best
+  continuation;
+- :func:`steady_cadence`, on a fleet that fits: back-to-back batches of one size
+  that starve nobody, when the rule's size would starve somebody.
+
+docs/scheduling.md gives the reasoning and the measured results.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from armory.scheduling.ordering import earliest_deadline_order, worth_order
+from armory.scheduling.rollout import Continuation, FleetModel
+from armory.scheduling.snapshot import Batch, Snapshot
+
+_ANY = 1e-9
+"""A rollout limit that stops a play at its first starved tick."""
+
+
+def best_first_batch(
+    s: Snapshot,
+    batch: Batch,
+    *,
+    horizon_s: float,
+    margin: float,
+    sizes_used: tuple[int, ...],
+) -> Batch:
+    """``batch``, unless a rollout finds a first batch that starves the fleet less.
+
+    Each candidate first batch (for every size, the robots first by deadline, or
+    first by the weighted actions a chunk adds) is played forward ``horizon_s`` with
+    a continuation that keeps that order and size (or, worth first, picks among
+    ``sizes_used`` as the overload rule does). ``batch`` is judged by its best
+    continuation of all of these; a candidate replaces it only if it starves at
+    least ``margin`` weighted ticks less.
+    """
+    model = FleetModel(s)
+    rows = np.flatnonzero(s.eligible)
+    by_deadline = earliest_deadline_order(s)
+    by_worth, _ = worth_order(s, rows)
+    largest = min(s.max_batch_size, rows.size)
+    plans = []
+    for size in range(1, largest + 1):
+        plans.append((by_deadline[:size], Continuation("deadline", size)))
+        plans.append((by_worth[:size], Continuation("worth", size)))
+        plans.append((by_worth[:size], Continuation("worth", sizes=sizes_used)))
+    chosen = _rows(s, batch)
+    # Each play's count, and whether it is the full count (a play stops once it can
+    # no longer matter).
+    played: dict[tuple[tuple[int, ...], Continuation], tuple[float, bool]] = {}
+
+    def starved(first: tuple[int, ...], plan: Continuation, limit: float) -> float:
+        known = played.get((first, plan))
+        if known is not None and (known[1] or known[0] >= limit):
+            return known[0]
+        count = model.starved(first, plan, horizon_s, limit)
+        played[(first, plan)] = (count, count < limit)
+        return count
+
+    kept = math.inf
+    for _, plan in plans:
+        kept = min(kept, starved(chosen, plan, kept))
+    best_rows, least = None, kept - margin
+    for first, plan in plans:
+        cost = starved(tuple(first.tolist()), plan, least - 1e-9)
+        if cost < least - 1e-9:
+            best_rows, least = first, cost
+    if best_rows is None:
+        return batch
+    return Batch(tuple(s.robot_id[best_rows].tolist()))
+
+
+def steady_cadence(s: Snapshot, batch: Batch, *, horizon_s: float) -> Batch:
+    """``batch``, unless back-to-back batches of its size (earliest deadline first)
+    starve a robot within ``horizon_s`` while back-to-back batches of another size do
+    not; then the first batch of the smallest such size.
+
+    For a fleet that fits: a rule that judges a plan by one round of the fleet can,
+    near capacity, pick small batches that are on time for that round yet cost more
+    GPU per chunk than the fleet can sustain, so each round ends a little later
+    until a robot runs dry; a steady cadence of larger batches keeps everyone fed.
+    """
+    model = FleetModel(s)
+    chosen = _rows(s, batch)
+    # A play stops at its first starved tick: only zero or not matters here.
+    if model.starved(chosen, Continuation("deadline", len(chosen)), horizon_s, _ANY) == 0:
+        return batch
+    by_deadline = earliest_deadline_order(s)
+    for size in range(1, min(s.max_batch_size, by_deadline.size) + 1):
+        first = tuple(by_deadline[:size].tolist())
+        if first == chosen:
+            continue
+        if model.starved(first, Continuation("deadline", size), horizon_s, _ANY) == 0:
+            return Batch(tuple(s.robot_id[list(first)].tolist()))
+    return batch
+
+
+def _rows(s: Snapshot, batch: Batch) -> tuple[int, ...]:
+    """The snapshot rows of ``batch``'s robots."""
+    row_of = {robot: row for row, robot in enumerate(s.robot_id.tolist())}
+    return tuple(row_of[robot] for robot in batch.robot_ids)
