@@ -74,3 +74,14 @@ def test_factories_pass_the_config_options() -> None:
     )
     lookahead.schedule(snapshot)
     assert lookahead.num_plans_scored == 3
+    just_in_time = make_scheduler(
+        SchedulerConfig(name="just-in-time", rollout_horizon_s=0.5, cadence_horizon_s=0.0)
+    )
+    assert (just_in_time.rollout_horizon_s, just_in_time.cadence_horizon_s) == (0.5, 0.0)
+
+
+@pytest.mark.parametrize("field", ["rollout_horizon_s", "cadence_horizon_s"])
+@pytest.mark.parametrize("value", [-0.1, float("inf"), float("nan")])
+def test_a_bad_just_in_time_horizon_is_named(field: str, value: float) -> None:
+    with pytest.raises(ValueError, match=f"{field} must be >= 0"):
+        SchedulerConfig(**{field: value})

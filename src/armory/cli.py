@@ -74,6 +74,10 @@ class SchedulerOptions:
     """lookahead-actions: batches planned ahead (1 = score the next batch only)."""
     lookahead_node_budget: int = SchedulerConfig.lookahead_node_budget
     """lookahead-actions: most candidate plans scored per decision."""
+    rollout_horizon_s: float = SchedulerConfig.rollout_horizon_s
+    """just-in-time: seconds played ahead to check each batch over capacity (0: off)."""
+    cadence_horizon_s: float = SchedulerConfig.cadence_horizon_s
+    """just-in-time: seconds played ahead to check batch sizes on a fleet that fits (0: off)."""
 
     def config(self, name: str, seed: int) -> SchedulerConfig:
         return SchedulerConfig(name=name, seed=seed, **dataclasses.asdict(self))

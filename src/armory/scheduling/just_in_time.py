@@ -71,6 +71,7 @@ from __future__ import annotations
 import numpy as np
 
 from armory.scheduling.base import Scheduler
+from armory.scheduling.config import SchedulerConfig
 from armory.scheduling.fluid_mix import FluidMixCache
 from armory.scheduling.ordering import worth_order
 from armory.scheduling.rollout_checks import best_first_batch, steady_cadence
@@ -106,10 +107,10 @@ class JustInTimeScheduler(Scheduler):
         margin_ticks: float = 0.5,
         late_ticks: float = 0.2,
         overload_actions: float = 5.0,
-        rollout_horizon_s: float = 0.75,
+        rollout_horizon_s: float = SchedulerConfig.rollout_horizon_s,
         rollout_margin: float = 0.5,
         rollout_max_robots: int = 16,
-        cadence_horizon_s: float = 1.5,
+        cadence_horizon_s: float = SchedulerConfig.cadence_horizon_s,
     ) -> None:
         # Safety margin added to every predicted finish: a fixed part (latency and
         # network jitter) and a part in control ticks of the fastest robot
@@ -137,6 +138,14 @@ class JustInTimeScheduler(Scheduler):
         # and back-to-back batches of another size do not, that size is taken. 0: off.
         self.cadence_horizon_s = cadence_horizon_s
         self._fluid_mix = FluidMixCache()
+
+    @classmethod
+    def from_config(cls, config: SchedulerConfig) -> JustInTimeScheduler:
+        """A scheduler with the config's just-in-time options."""
+        return cls(
+            rollout_horizon_s=config.rollout_horizon_s,
+            cadence_horizon_s=config.cadence_horizon_s,
+        )
 
     def schedule(self, snapshot: Snapshot) -> Batch:
         """Called whenever the executor is free and at least one robot is eligible."""

@@ -14,7 +14,7 @@ from armory.scheduling.random_batch import RandomBatchScheduler
 from armory.scheduling.round_robin import RoundRobinScheduler
 
 _FACTORIES: dict[str, Callable[[SchedulerConfig], Scheduler]] = {
-    JustInTimeScheduler.name: lambda config: JustInTimeScheduler(),
+    JustInTimeScheduler.name: JustInTimeScheduler.from_config,
     MaxBatchScheduler.name: lambda config: MaxBatchScheduler(),
     RoundRobinScheduler.name: lambda config: RoundRobinScheduler(),
     GreedyDeadlineScheduler.name: lambda config: GreedyDeadlineScheduler(),
