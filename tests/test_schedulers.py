@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
-from factories import make_snapshot, random_snapshot
+from factories import make_snapshot, random_snapshot, streaming_snapshot
 
+from armory.scheduling import just_in_time
 from armory.scheduling.config import SchedulerConfig
 from armory.scheduling.registry import make_scheduler, scheduler_names
 from armory.scheduling.snapshot import check_batch
@@ -16,6 +19,30 @@ CONFIGS = [SchedulerConfig(name=name) for name in scheduler_names()] + [
     SchedulerConfig(name="lookahead-actions", lookahead_depth=2, lookahead_node_budget=16),
     SchedulerConfig(name="lookahead-actions", lookahead_depth=3, lookahead_node_budget=5),
 ]
+
+
+def test_just_in_time_rollout_checks_keep_the_invariants(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On small fleets of streaming robots, over capacity and within it, the batches that
+    just-in-time's rollout checks return keep the invariants (and both checks run)."""
+    runs = {"best_first_batch": 0, "steady_cadence": 0}
+
+    def counted(name: str) -> Callable[..., object]:
+        check = getattr(just_in_time, name)
+
+        def run(*args: object, **kwargs: object) -> object:
+            runs[name] += 1
+            return check(*args, **kwargs)
+
+        return run
+
+    for name in runs:
+        monkeypatch.setattr(just_in_time, name, counted(name))
+    rng = np.random.default_rng(7)
+    scheduler = make_scheduler("just-in-time")
+    for _ in range(300):
+        snapshot = streaming_snapshot(rng)
+        check_batch(snapshot, scheduler.schedule(snapshot))
+    assert runs["best_first_batch"] > 50 and runs["steady_cadence"] > 10
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c.name}-d{c.lookahead_depth}")
