@@ -158,6 +158,9 @@ def test_a_steady_cadence_keeps_a_fleet_that_fits_fed() -> None:
         cadence_starved.append(simulate(fleet, JustInTimeScheduler(), config).system.starvation)
     assert max(rule_starved) > 0.003
     assert cadence_starved == [0.0, 0.0, 0.0]
+    # Each check has its own switch: without rollouts over capacity it still holds.
+    no_rollouts = JustInTimeScheduler(rollout_horizon_s=0.0)
+    assert simulate(fleet, no_rollouts, SimConfig(duration_s=20.0)).system.starvation == 0.0
 
 
 def test_a_steady_cadence_replaces_a_batch_whose_size_would_starve_a_robot() -> None:

@@ -133,9 +133,10 @@ class JustInTimeScheduler(Scheduler):
         self.rollout_horizon_s = rollout_horizon_s
         self.rollout_margin = rollout_margin
         self.rollout_max_robots = rollout_max_robots
-        # On a fleet that fits, with every robot streaming, the rule's batch is played
-        # on in back-to-back batches of its size this long; if that starves a robot
-        # and back-to-back batches of another size do not, that size is taken. 0: off.
+        # On a fleet that fits, with every robot streaming (and at most
+        # rollout_max_robots), the rule's batch is played on in back-to-back batches of
+        # its size this long; if that starves a robot and back-to-back batches of
+        # another size do not, that size is taken. 0 turns this check off.
         self.cadence_horizon_s = cadence_horizon_s
         self._fluid_mix = FluidMixCache()
 
@@ -155,6 +156,8 @@ class JustInTimeScheduler(Scheduler):
         if not batch.robot_ids or not self._streams_every_tick(snapshot):
             return batch
         if over_capacity:
+            if self.rollout_horizon_s <= 0.0:
+                return batch
             sizes_used = tuple(int(b) for b in self._fluid_optimum(snapshot)[1])
             return best_first_batch(
                 snapshot,
@@ -229,7 +232,7 @@ class JustInTimeScheduler(Scheduler):
     def _streams_every_tick(self, s: Snapshot) -> bool:
         """Whether the fleet is small enough to roll out and every robot's held
         observation is at most a tick and a link old (it sends one every tick)."""
-        if s.num_robots > self.rollout_max_robots or self.rollout_horizon_s <= 0.0:
+        if s.num_robots > self.rollout_max_robots:
             return False
         return bool(self._streaming(s, np.arange(s.num_robots)).all())
 
