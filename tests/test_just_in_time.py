@@ -19,9 +19,10 @@ MARGIN_S = 0.004 + 0.5 / 20
 
 
 def rule() -> JustInTimeScheduler:
-    """The scheduler's rule alone: over capacity a fleet of streaming robots would also
-    be rolled out (tests/test_rollout.py), which these hand-built cases do not test."""
-    return JustInTimeScheduler(rollout_horizon_s=0.0)
+    """The scheduler's rule alone: a small fleet of streaming robots would also have its
+    batches checked by rollouts (tests/test_rollout.py), which these hand-built cases
+    do not test."""
+    return JustInTimeScheduler(rollout_horizon_s=0.0, cadence_horizon_s=0.0)
 
 
 def test_a_robot_with_time_to_spare_waits_for_its_latest_start() -> None:

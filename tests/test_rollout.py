@@ -14,7 +14,7 @@ from armory.fleet_spec import load_fleet
 from armory.scheduling.base import Scheduler
 from armory.scheduling.just_in_time import JustInTimeScheduler
 from armory.scheduling.rollout import Continuation, FleetModel
-from armory.scheduling.rollout_checks import steady_cadence
+from armory.scheduling.rollout_checks import best_cadence, steady_cadence
 from armory.scheduling.snapshot import Batch, Snapshot
 from armory.sim.simulator import SimConfig, Simulator, simulate
 
@@ -122,7 +122,7 @@ def test_just_in_time_rolls_out_only_over_capacity_with_streaming_robots() -> No
         )
 
     streaming, stale = snapshot(0.98), snapshot(0.90)
-    rule = JustInTimeScheduler(rollout_horizon_s=0.0)
+    rule = JustInTimeScheduler(rollout_horizon_s=0.0, cadence_horizon_s=0.0)
     rolled = JustInTimeScheduler()
     assert rule._rule(streaming)[1]  # over capacity, every plan late
     assert rolled._streams_every_tick(streaming)
@@ -137,10 +137,15 @@ def test_rollouts_lower_starvation_on_a_weighted_fleet_over_capacity() -> None:
     weighted motion (20 s, seed 0)."""
     fleet = load_fleet(PAPER_FLEETS / "l40s-pi05-half-fast-6-w3.yaml")
     config = SimConfig(duration_s=20.0, seed=0)
-    rule = simulate(fleet, JustInTimeScheduler(rollout_horizon_s=0.0), config).system
-    rolled = simulate(fleet, JustInTimeScheduler(), config).system
+    alone = JustInTimeScheduler(rollout_horizon_s=0.0, cadence_horizon_s=0.0)
+    rule = simulate(fleet, alone, config).system
+    rolled = simulate(fleet, JustInTimeScheduler(cadence_horizon_s=0.0), config).system
     assert rolled.starvation < rule.starvation - 0.15
     assert rolled.weighted_throughput > rule.weighted_throughput
+    # A steady cadence played longer does better still there (docs/scheduling.md).
+    both = simulate(fleet, JustInTimeScheduler(), config).system
+    assert both.starvation < rolled.starvation - 0.05
+    assert both.weighted_throughput > rolled.weighted_throughput
 
 
 def test_a_steady_cadence_keeps_a_fleet_that_fits_fed() -> None:
@@ -191,3 +196,29 @@ def test_a_steady_cadence_replaces_a_batch_whose_size_would_starve_a_robot() -> 
     # Deadlines 50 ms earlier for robots 0, 2 and 3: every size starves somebody.
     tight = snapshot([1.10, 1.15, 1.20, 1.30])
     assert steady_cadence(tight, Batch((0,)), horizon_s=1.5) == Batch((0,))
+
+
+def test_over_capacity_a_steady_cadence_replaces_a_batch_that_starves_more() -> None:
+    """Eight robots alike, all dry, over capacity (l40s-pi05, max batch 4). Played
+    back-to-back over 1.5 s in deadline order, singles starve 70 weighted ticks,
+    pairs 80, triples 86, quads 101; the rule's pair at best 79 (continued by the
+    overload rule's sizes). The first single replaces it; a single stands."""
+    ages_s = [0.045, 0.015, 0.025, 0.035, 0.030, 0.040, 0.020, 0.010]
+    obs_time_s = [1.0 - age for age in ages_s]
+    fleet = make_snapshot(obs_time_s, now_s=1.0, obs_time_s=obs_time_s, max_batch_size=4)
+    model = FleetModel(fleet)
+    order = [0, 5, 3, 4, 2, 6, 1, 7]  # by deadline: the longest dry first
+    starved = [
+        model.starved(tuple(order[:size]), Continuation("deadline", size), 1.5)
+        for size in range(1, 5)
+    ]
+    assert starved == [70, 80, 86, 101]
+    alone = JustInTimeScheduler(rollout_horizon_s=0.0, cadence_horizon_s=0.0)
+    assert alone.schedule(fleet) == Batch((0, 5))
+
+    def check(batch: Batch) -> Batch:
+        return best_cadence(fleet, batch, horizon_s=1.5, margin=0.5, sizes_used=(1, 2))
+
+    assert check(Batch((0, 5))) == Batch((0,))
+    assert check(Batch((0,))) == Batch((0,))
+    assert JustInTimeScheduler().schedule(fleet) == Batch((0,))

@@ -77,7 +77,7 @@ class SchedulerOptions:
     rollout_horizon_s: float = SchedulerConfig.rollout_horizon_s
     """just-in-time: seconds played ahead to check each batch over capacity (0: off)."""
     cadence_horizon_s: float = SchedulerConfig.cadence_horizon_s
-    """just-in-time: seconds played ahead to check batch sizes on a fleet that fits (0: off)."""
+    """just-in-time: seconds played ahead to check each batch against steady cadences (0: off)."""
 
     def config(self, name: str, seed: int) -> SchedulerConfig:
         return SchedulerConfig(name=name, seed=seed, **dataclasses.asdict(self))

@@ -23,7 +23,7 @@ class SchedulerConfig:
     rollout_horizon_s: float = 0.75
     """just-in-time: seconds played ahead to check each batch over capacity (0: off)."""
     cadence_horizon_s: float = 1.5
-    """just-in-time: seconds played ahead to check batch sizes on a fleet that fits (0: off)."""
+    """just-in-time: seconds played ahead to check each batch against steady cadences (0: off)."""
 
     def __post_init__(self) -> None:
         if self.lookahead_horizon_s <= 0:

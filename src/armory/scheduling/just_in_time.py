@@ -56,12 +56,14 @@ less than the rule's batch (under its best continuation) replaces it. A greedy r
 sees one batch; the rollout sees that a heavy robot served early needs its next
 chunk sooner, or that a batch one robot larger would have kept up.
 
-On a fleet that fits, with every robot streaming, a batch the rule dispatches is
-played on in back-to-back batches of its size (earliest deadline first) for 1.5
-s. If that starves a robot while back-to-back batches of another size starve
-nobody, the first batch of the smallest such size is taken: the rule judges one
-round of the fleet, and near capacity small batches that are on time for one
-round can cost more GPU per chunk than the fleet can sustain.
+Both regimes then check the batch against steady cadences, played 1.5 s:
+back-to-back batches of one size, earliest deadline first. Over capacity, a
+cadence that starves the fleet at least half a weighted tick less than the batch
+(under its best of three continuations) replaces it. On a fleet that fits, if the
+rule's size played back-to-back starves a robot while another size starves
+nobody, the smallest such size is taken: the rule judges one round of the fleet,
+and near capacity small batches that are on time for one round can cost more GPU
+per chunk than the fleet can sustain.
 
 docs/scheduling.md gives the reasoning and the measured results.
 """
@@ -74,7 +76,7 @@ from armory.scheduling.base import Scheduler
 from armory.scheduling.config import SchedulerConfig
 from armory.scheduling.fluid_mix import FluidMixCache
 from armory.scheduling.ordering import worth_order
-from armory.scheduling.rollout_checks import best_first_batch, steady_cadence
+from armory.scheduling.rollout_checks import best_cadence, best_first_batch, steady_cadence
 from armory.scheduling.snapshot import Batch, Snapshot
 
 _DENSE_SIZES = 16
@@ -133,10 +135,11 @@ class JustInTimeScheduler(Scheduler):
         self.rollout_horizon_s = rollout_horizon_s
         self.rollout_margin = rollout_margin
         self.rollout_max_robots = rollout_max_robots
-        # On a fleet that fits, with every robot streaming (and at most
-        # rollout_max_robots), the rule's batch is played on in back-to-back batches of
-        # its size this long; if that starves a robot and back-to-back batches of
-        # another size do not, that size is taken. 0 turns this check off.
+        # With every robot streaming (and at most rollout_max_robots), the batch is
+        # checked against back-to-back batches of one size played this long: over
+        # capacity, the cadence that starves least replaces it if it starves
+        # rollout_margin weighted ticks less; on a fleet that fits, one that starves
+        # nobody replaces a batch whose own size would starve somebody. 0: off.
         self.cadence_horizon_s = cadence_horizon_s
         self._fluid_mix = FluidMixCache()
 
@@ -156,16 +159,22 @@ class JustInTimeScheduler(Scheduler):
         if not batch.robot_ids or not self._streams_every_tick(snapshot):
             return batch
         if over_capacity:
-            if self.rollout_horizon_s <= 0.0:
-                return batch
+            # Rollouts of the first batch, then steady cadences played longer.
             sizes_used = tuple(int(b) for b in self._fluid_optimum(snapshot)[1])
-            return best_first_batch(
-                snapshot,
-                batch,
-                horizon_s=self.rollout_horizon_s,
-                margin=self.rollout_margin,
-                sizes_used=sizes_used,
+            checks = (
+                (best_first_batch, self.rollout_horizon_s),
+                (best_cadence, self.cadence_horizon_s),
             )
+            for check, horizon_s in checks:
+                if horizon_s > 0.0:
+                    batch = check(
+                        snapshot,
+                        batch,
+                        horizon_s=horizon_s,
+                        margin=self.rollout_margin,
+                        sizes_used=sizes_used,
+                    )
+            return batch
         if self.cadence_horizon_s > 0.0 and self._fluid_optimum(snapshot)[0]:
             return steady_cadence(snapshot, batch, horizon_s=self.cadence_horizon_s)
         return batch

@@ -7,6 +7,8 @@ rule's batch unless an alternative clearly starves the fleet less:
 - :func:`best_first_batch`, over capacity: the first batch, among deadline and
   worth prefixes of every size, that starves the fleet least under its best
   continuation;
+- :func:`best_cadence`, over capacity: back-to-back batches of one size, earliest
+  deadline first, played longer, when they starve the fleet less;
 - :func:`steady_cadence`, on a fleet that fits: back-to-back batches of one size
   that starve nobody, when the rule's size would starve somebody.
 
@@ -103,6 +105,45 @@ def steady_cadence(s: Snapshot, batch: Batch, *, horizon_s: float) -> Batch:
         if model.starved(first, Continuation("deadline", size), horizon_s, _ANY) == 0:
             return Batch(tuple(s.robot_id[list(first)].tolist()))
     return batch
+
+
+def best_cadence(
+    s: Snapshot,
+    batch: Batch,
+    *,
+    horizon_s: float,
+    margin: float,
+    sizes_used: tuple[int, ...],
+) -> Batch:
+    """``batch``, unless back-to-back batches of one size (earliest deadline first)
+    starve the fleet at least ``margin`` weighted ticks less within ``horizon_s``;
+    then the first batch of the size that starves it least.
+
+    For a fleet over capacity: ``batch`` is judged by its best continuation of three,
+    the overload rule's choice among ``sizes_used`` and its own size by worth or by
+    deadline. A greedy choice, even one checked by short rollouts, can drift from
+    one batch size to another and feed robots in an order no steady cadence would;
+    over a longer horizon a plain cadence can be worth more.
+    """
+    model = FleetModel(s)
+    chosen = _rows(s, batch)
+    kept = math.inf
+    for plan in (
+        Continuation("deadline", len(chosen)),
+        Continuation("worth", len(chosen)),
+        Continuation("worth", sizes=sizes_used),
+    ):
+        kept = min(kept, model.starved(chosen, plan, horizon_s, kept))
+    best_first, least = None, kept - margin
+    by_deadline = earliest_deadline_order(s)
+    for size in range(1, min(s.max_batch_size, by_deadline.size) + 1):
+        first = tuple(by_deadline[:size].tolist())
+        cost = model.starved(first, Continuation("deadline", size), horizon_s, least - 1e-9)
+        if cost < least - 1e-9:
+            best_first, least = first, cost
+    if best_first is None:
+        return batch
+    return Batch(tuple(s.robot_id[list(best_first)].tolist()))
 
 
 def _rows(s: Snapshot, batch: Batch) -> tuple[int, ...]:
