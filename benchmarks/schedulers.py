@@ -15,7 +15,8 @@ fluid LP gives the most weighted throughput any schedule could have while
 starving at most bound + 3 pp; where that is below what another scheduler
 measured, no scheduler can meet both goals on that fleet.
 
-    python benchmarks/schedulers.py [--seeds 3] [--duration 60] [--workers 2] [--json out.json]
+    python benchmarks/schedulers.py [--seeds 3] [--first-seed 0] [--duration 60] [--workers 2]
+        [--json out.json]
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fleets", nargs="*", default=["configs/fleets/paper"])
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds run from this one on")
     parser.add_argument("--duration", type=float, default=60.0)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--json", type=Path, default=None)
@@ -79,7 +81,8 @@ def main() -> None:
         p = Path(item)
         paths += [str(x) for x in sorted(p.glob("*.yaml"))] if p.is_dir() else [str(p)]
     names = scheduler_names()
-    jobs = [(p, n, s, args.duration) for p in paths for n in names for s in range(args.seeds)]
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    jobs = [(p, n, s, args.duration) for p in paths for n in names for s in seeds]
     started = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         results = list(pool.map(_run, jobs, chunksize=4))
@@ -96,7 +99,7 @@ def main() -> None:
     header = f"{'fleet':34s} {'bound':>6s} " + " ".join(f"{short[n]:>17s}" for n in names)
     header += f" {'/lookahead':>10s} {'/best':>6s}  goals"
     print(
-        f"starvation % / weighted actions per s, mean of {args.seeds} seeds, "
+        f"starvation % / weighted actions per s, mean of seeds {seeds.start}-{seeds.stop - 1}, "
         f"{args.duration:g} s virtual time each\n"
     )
     print(header)
