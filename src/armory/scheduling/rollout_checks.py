@@ -18,6 +18,7 @@ docs/scheduling.md gives the reasoning and the measured results.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -46,40 +47,18 @@ def best_first_batch(
     continuation of all of these; a candidate replaces it only if it starves at
     least ``margin`` weighted ticks less.
     """
-    model = FleetModel(s)
     rows = np.flatnonzero(s.eligible)
     by_deadline = earliest_deadline_order(s)
     by_worth, _ = worth_order(s, rows)
-    largest = min(s.max_batch_size, rows.size)
-    plans = []
-    for size in range(1, largest + 1):
-        plans.append((by_deadline[:size], Continuation("deadline", size)))
-        plans.append((by_worth[:size], Continuation("worth", size)))
-        plans.append((by_worth[:size], Continuation("worth", sizes=sizes_used)))
-    chosen = _rows(s, batch)
-    # Each play's count, and whether it is the full count (a play stops once it can
-    # no longer matter).
-    played: dict[tuple[tuple[int, ...], Continuation], tuple[float, bool]] = {}
-
-    def starved(first: tuple[int, ...], plan: Continuation, limit: float) -> float:
-        known = played.get((first, plan))
-        if known is not None and (known[1] or known[0] >= limit):
-            return known[0]
-        count = model.starved(first, plan, horizon_s, limit)
-        played[(first, plan)] = (count, count < limit)
-        return count
-
-    kept = math.inf
-    for _, plan in plans:
-        kept = min(kept, starved(chosen, plan, kept))
-    best_rows, least = None, kept - margin
-    for first, plan in plans:
-        cost = starved(tuple(first.tolist()), plan, least - 1e-9)
-        if cost < least - 1e-9:
-            best_rows, least = first, cost
-    if best_rows is None:
-        return batch
-    return Batch(tuple(s.robot_id[best_rows].tolist()))
+    candidates: list[tuple[tuple[int, ...], Continuation]] = []
+    for size in range(1, min(s.max_batch_size, rows.size) + 1):
+        deadline_first = tuple(by_deadline[:size].tolist())
+        worth_first = tuple(by_worth[:size].tolist())
+        candidates.append((deadline_first, Continuation("deadline", size)))
+        candidates.append((worth_first, Continuation("worth", size)))
+        candidates.append((worth_first, Continuation("worth", sizes=sizes_used)))
+    judged_by = [plan for _, plan in candidates]
+    return _least_starving(s, batch, judged_by, candidates, horizon_s, margin)
 
 
 def steady_cadence(s: Snapshot, batch: Batch, *, horizon_s: float) -> Batch:
@@ -125,20 +104,51 @@ def best_cadence(
     one batch size to another and feed robots in an order no steady cadence would;
     over a longer horizon a plain cadence can be worth more.
     """
+    judged_by = [
+        Continuation("deadline", len(batch.robot_ids)),
+        Continuation("worth", len(batch.robot_ids)),
+        Continuation("worth", sizes=sizes_used),
+    ]
+    by_deadline = earliest_deadline_order(s)
+    candidates = [
+        (tuple(by_deadline[:size].tolist()), Continuation("deadline", size))
+        for size in range(1, min(s.max_batch_size, by_deadline.size) + 1)
+    ]
+    return _least_starving(s, batch, judged_by, candidates, horizon_s, margin)
+
+
+def _least_starving(
+    s: Snapshot,
+    batch: Batch,
+    judged_by: Sequence[Continuation],
+    candidates: Sequence[tuple[tuple[int, ...], Continuation]],
+    horizon_s: float,
+    margin: float,
+) -> Batch:
+    """``batch``, unless a candidate (a first batch, as rows, and its continuation)
+    starves the fleet at least ``margin`` weighted ticks less within ``horizon_s`` than
+    ``batch`` under its best continuation in ``judged_by``; then the candidate that
+    starves it least."""
     model = FleetModel(s)
     chosen = _rows(s, batch)
+    # Each play's count, and whether it is the full count (a play stops once it can
+    # no longer matter).
+    played: dict[tuple[tuple[int, ...], Continuation], tuple[float, bool]] = {}
+
+    def starved(first: tuple[int, ...], plan: Continuation, limit: float) -> float:
+        known = played.get((first, plan))
+        if known is not None and (known[1] or known[0] >= limit):
+            return known[0]
+        count = model.starved(first, plan, horizon_s, limit)
+        played[(first, plan)] = (count, count < limit)
+        return count
+
     kept = math.inf
-    for plan in (
-        Continuation("deadline", len(chosen)),
-        Continuation("worth", len(chosen)),
-        Continuation("worth", sizes=sizes_used),
-    ):
-        kept = min(kept, model.starved(chosen, plan, horizon_s, kept))
+    for plan in judged_by:
+        kept = min(kept, starved(chosen, plan, kept))
     best_first, least = None, kept - margin
-    by_deadline = earliest_deadline_order(s)
-    for size in range(1, min(s.max_batch_size, by_deadline.size) + 1):
-        first = tuple(by_deadline[:size].tolist())
-        cost = model.starved(first, Continuation("deadline", size), horizon_s, least - 1e-9)
+    for first, plan in candidates:
+        cost = starved(first, plan, least - 1e-9)
         if cost < least - 1e-9:
             best_first, least = first, cost
     if best_first is None:
