@@ -8,11 +8,12 @@ import json
 import socket
 from collections.abc import Mapping
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
-from armory_client import ARMORY_KEY, InferClient
+from armory_client import ARMORY_KEY, InferClient, RuntimeSummary
 from fleet_files import REPO, make_fleet_dict, write_fleet_file
 from server_harness import FAST_LINEAR, expected_actions, make_mock, running_server
 
@@ -21,8 +22,9 @@ from armory.engine.latency_profile import LinearProfileConfig
 from armory.fleet import FleetError, FleetOptions, run_fleet
 from armory.fleet.loopback import mock_policy_for, server_config_for
 from armory.fleet.observations import ObservationFactory
+from armory.fleet.runner import robot_tally
 from armory.fleet.server_stats import StatsReading, stats_url
-from armory.fleet_spec import FleetSpec, RobotSpec, fleet_from_dict, load_fleet
+from armory.fleet_spec import DelaySpec, FleetSpec, RobotSpec, fleet_from_dict, load_fleet
 from armory.policies.base import Policy
 from armory.policies.mock import MockPolicyConfig
 from armory.scheduling.registry import make_scheduler
@@ -297,3 +299,55 @@ def test_main_command_fleet_matches_the_scripts_server() -> None:
         "--policy.linear.slope-s 0.01",
     ):
         assert flag in script
+
+
+def runtime_summary(*, num_ticks: int, counted: int, starved: int, chunks: int) -> RuntimeSummary:
+    """A robot runtime's summary of a 10 s run at 20 Hz with the given tick counts."""
+    return RuntimeSummary(
+        elapsed_s=10.0,
+        num_ticks=num_ticks,
+        num_missed_ticks=0,
+        num_counted_ticks=counted,
+        num_starved_ticks=starved,
+        starvation=starved / counted if counted else 1.0,
+        num_executed=counted - starved,
+        actions_per_s=0.0,
+        num_requests=num_ticks,
+        requests_per_s=20.0,
+        num_request_errors=0,
+        num_chunks_applied=chunks,
+        num_chunks_dropped=0,
+        num_stale_episode_replies=0,
+        num_deferred_replies=0,
+        bytes_sent=0,
+        bytes_sent_per_s=0.0,
+        mean_round_trip_s=None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("counted", "starved", "chunks", "expected"),
+    [
+        (100, 3, 20, (179, 82)),  # first chunk after 100 ticks: 79 past the start-up
+        (195, 3, 20, (195, 3)),  # first chunk within the start-up: nothing added
+        (200, 200, 0, (200, 200)),  # never served: every tick starved already
+    ],
+)
+def test_tally_counts_the_wait_past_the_start_up_as_starved(
+    counted: int, starved: int, chunks: int, expected: tuple[int, int]
+) -> None:
+    """200 ticks at 20 Hz with 1.01 s of start-up (ticks 0..20): the ticks a robot waited
+    for its first chunk after that count as starved, as in the simulator."""
+    spec = RobotSpec(
+        robot_id="arm-0",
+        control_hz=20.0,
+        min_execution_horizon=1,
+        max_execution_horizon=10,
+        weight=1.0,
+        uplink=DelaySpec(),
+        downlink=DelaySpec(),
+    )
+    summary = runtime_summary(num_ticks=200, counted=counted, starved=starved, chunks=chunks)
+    robot = SimpleNamespace(age_sum_s=0.0)
+    tally = robot_tally(spec, summary, robot, startup_s=1.01)  # type: ignore[arg-type]
+    assert (tally.counted_ticks, tally.starved_ticks) == expected

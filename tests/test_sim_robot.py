@@ -6,6 +6,8 @@ chunks land between ticks, so each count can be worked out on paper.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from armory.engine.queue_mirror import NO_CHUNK
@@ -19,8 +21,10 @@ def make_robot(
     min_execution_horizon: int = 1,
     max_execution_horizon: int = 5,
     phase_s: float = 0.0,
+    startup_end_s: float = math.inf,
 ) -> SimRobot:
-    """A robot at ``control_hz`` with the given horizons; defaults: 10 Hz, E = 5, phase 0."""
+    """A robot at ``control_hz`` with the given horizons; defaults: 10 Hz, E = 5, phase 0,
+    no end to its start-up."""
     spec = RobotSpec(
         robot_id="arm-0",
         control_hz=control_hz,
@@ -30,7 +34,7 @@ def make_robot(
         uplink=DelaySpec(),
         downlink=DelaySpec(),
     )
-    return SimRobot(spec, phase_s=phase_s)
+    return SimRobot(spec, phase_s=phase_s, startup_end_s=startup_end_s)
 
 
 # ---- ticks ----------------------------------------------------------------
@@ -163,6 +167,29 @@ def test_robot_never_served_counts_no_ticks() -> None:
     assert (robot.counted_ticks, robot.starved_ticks, robot.executed) == (0, 0, 0)
     assert robot.report().actions_left == 0
     assert robot.report().chunk_start == NO_CHUNK
+
+
+def test_ticks_past_the_start_up_count_as_starved_before_the_first_chunk() -> None:
+    """Start-up ends at 0.45: ticks 5..9 (0.5..0.9) starve while the robot still waits,
+    then the first chunk lands at 0.95 and counting goes on as usual."""
+    robot = make_robot(startup_end_s=0.45)
+    robot.advance_to(0.3)
+    assert (robot.counted_ticks, robot.starved_ticks) == (0, 0)
+    robot.advance_to(0.7)  # ticks 5, 6, 7
+    assert (robot.counted_ticks, robot.starved_ticks) == (3, 3)
+    robot.apply_chunk(0.95, 0, 0.9)  # ticks 8, 9 before it lands
+    assert (robot.counted_ticks, robot.starved_ticks) == (5, 5)
+    robot.advance_to(1.55)  # ticks 10..15: five execute, one starves
+    assert (robot.counted_ticks, robot.starved_ticks) == (11, 6)
+    assert robot.executed == 5
+
+
+def test_a_first_chunk_within_the_start_up_counts_nothing_before_it() -> None:
+    """Start-up ends at 2.0, the chunk lands at 0.95: the wait is start-up."""
+    robot = make_robot(startup_end_s=2.0)
+    robot.apply_chunk(0.95, 0, 0.9)
+    robot.advance_to(1.55)
+    assert (robot.counted_ticks, robot.starved_ticks) == (6, 1)
 
 
 # ---- freshness ------------------------------------------------------------

@@ -11,7 +11,7 @@ from armory.fleet_spec import DelaySpec, FleetSpec, RequestMode, RobotGroup
 from armory.scheduling.base import Scheduler
 from armory.scheduling.registry import make_scheduler, scheduler_names
 from armory.scheduling.snapshot import Batch, InvalidBatchError, Snapshot
-from armory.sim.metrics import SimReport
+from armory.sim.metrics import SimReport, startup_s
 from armory.sim.simulator import SimConfig, simulate
 
 
@@ -205,6 +205,34 @@ def test_robot_never_served_starves_on_every_tick() -> None:
     assert ignored.mean_age_s == 0.0
     assert report.system.starvation == pytest.approx(0.5, abs=0.02)
     assert report.system.jain_starvation == pytest.approx(0.5)
+
+
+class ServeSecondLate(Scheduler):
+    """Serves robot 0 whenever it is eligible, robot 1 only from 5 s on."""
+
+    name = "serve-second-late"
+
+    def schedule(self, snapshot: Snapshot) -> Batch:
+        wanted = {0} if snapshot.now_s < 5.0 else {0, 1}
+        rows = [
+            i
+            for i, rid in enumerate(snapshot.robot_id)
+            if int(rid) in wanted and snapshot.eligible[i]
+        ]
+        return Batch(tuple(int(snapshot.robot_id[i]) for i in rows))
+
+
+def test_a_robot_left_out_past_the_start_up_starves() -> None:
+    """Robot 1's first chunk lands at about 5.14 s; its start-up ends about 1.01 s after
+    its first tick (one batch of 2, 135 ms, is less than the 1 s minimum, plus 10 ms of
+    links), so about 4.1 of the 9 counted seconds are starved, not start-up."""
+    fleet = make_fleet(num_robots=2)
+    report = simulate(fleet, ServeSecondLate(), SimConfig(duration_s=10.0))
+    early, late = report.robots
+    assert early.starvation == 0.0
+    assert late.inferences > 0
+    assert late.starvation == pytest.approx(4.13 / 8.99, abs=0.01)
+    assert startup_s(fleet, fleet.robot_specs()[1]) == pytest.approx(1.01)
 
 
 def test_fleet_never_served_reports_full_starvation_and_no_batches() -> None:

@@ -39,7 +39,7 @@ from armory.fleet.observations import ObservationFactory
 from armory.fleet.robot import SyntheticRobot
 from armory.fleet.server_stats import StatsReading, read_stats
 from armory.fleet_spec import REQUEST_MODES, FleetSpec, RobotSpec
-from armory.sim.metrics import RobotTally, SimReport, make_report
+from armory.sim.metrics import RobotTally, SimReport, make_report, startup_s
 
 logger = logging.getLogger(__name__)
 
@@ -168,7 +168,7 @@ async def run_fleet(
     after = await read_stats(probe.uri, options.api_key)
 
     tallies = [
-        _tally(spec, summary, robot)
+        robot_tally(spec, summary, robot, startup_s=startup_s(fleet, spec))
         for spec, summary, robot in zip(specs, summaries, robots, strict=True)
     ]
     counts, busy_s = after.since(before) if after is not None else ({}, 0.0)
@@ -256,14 +256,27 @@ async def _run_all(
     return [task.result() for task in tasks]
 
 
-def _tally(spec: RobotSpec, summary: RuntimeSummary, robot: SyntheticRobot) -> RobotTally:
-    """One robot's counts: its runtime's for ticks, chunks and bytes, its own for ages."""
+def robot_tally(
+    spec: RobotSpec, summary: RuntimeSummary, robot: SyntheticRobot, *, startup_s: float
+) -> RobotTally:
+    """One robot's counts: its runtime's for ticks, chunks and bytes, its own for ages.
+
+    The runtime counts ticks from the first chunk on; the ticks it waited for that
+    chunk past ``startup_s`` after its first tick count as starved, as in the
+    simulator (:func:`armory.sim.metrics.startup_s`).
+    """
+    counted, starved = summary.num_counted_ticks, summary.num_starved_ticks
+    if summary.num_chunks_applied:
+        waited = summary.num_ticks - counted
+        late = max(0, waited - (math.floor(startup_s * spec.control_hz) + 1))
+        counted += late
+        starved += late
     return RobotTally(
         id=spec.robot_id,
         weight=spec.weight,
         control_hz=spec.control_hz,
-        counted_ticks=summary.num_counted_ticks,
-        starved_ticks=summary.num_starved_ticks,
+        counted_ticks=counted,
+        starved_ticks=starved,
         executed=summary.num_executed,
         age_sum_s=robot.age_sum_s,
         chunks_applied=summary.num_chunks_applied,

@@ -9,6 +9,7 @@ metrics and one prints them (``sim/table.py``).
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,20 +18,42 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
+    from armory.fleet_spec import FleetSpec, RobotSpec
     from armory.sim.simulator import Simulator
+
+MIN_STARTUP_S = 1.0
+"""A robot's start-up lasts at least this long (see :func:`startup_s`)."""
+
+
+def startup_s(fleet: FleetSpec, robot: RobotSpec) -> float:
+    """Seconds after its first tick that a robot's wait for its first chunk is start-up.
+
+    Every robot starts with an empty queue, so its ticks until its first chunk lands
+    are start-up, not starvation, but only for as long as a server needs to give the
+    whole fleet its first chunks: one round of the fleet in batches of the max size
+    (at least ``MIN_STARTUP_S``), plus the robot's links at their longest. Past that,
+    a robot still waiting is starving: otherwise a scheduler that left a robot out
+    for most of a run would hide those ticks by serving it once near the end.
+    """
+    size = min(fleet.max_batch_size, fleet.num_robots)
+    rounds = math.ceil(fleet.num_robots / size)
+    round_s = rounds * fleet.profile().latency_s(size)
+    links_s = sum(d.median_s + d.jitter_s for d in (robot.uplink, robot.downlink))
+    return max(MIN_STARTUP_S, round_s) + links_s
 
 
 @dataclass(frozen=True)
 class RobotMetrics:
-    """One robot over a run (starvation counted from its first chunk's landing)."""
+    """One robot over a run (ticks counted from its first chunk's landing, or from the end
+    of its start-up if that comes first: :func:`startup_s`)."""
 
     id: str
     weight: float
     control_hz: float
     starvation: float
-    """Starved ticks / ticks since the first chunk landed (1.0 if none ever landed)."""
+    """Starved ticks / counted ticks (1.0 if no chunk ever landed)."""
     actions_per_s: float
-    """Actions executed per second since the first chunk landed."""
+    """Actions executed per second of counted ticks."""
     inferences: int
     """Chunks applied."""
     mean_age_s: float
@@ -91,7 +114,8 @@ class RobotTally:
     weight: float
     control_hz: float
     counted_ticks: int
-    """Ticks since the first chunk landed; every tick when none ever landed."""
+    """Ticks since the first chunk landed or the start-up ended (:func:`startup_s`),
+    whichever came first; every tick when no chunk ever landed."""
     starved_ticks: int
     """Counted ticks with an empty queue (every tick when no chunk ever landed)."""
     executed: int

@@ -24,7 +24,7 @@ _TICK_EPS = 1e-9
 class SimRobot:
     """One robot's queue and counters; all times are virtual seconds."""
 
-    def __init__(self, spec: RobotSpec, *, phase_s: float) -> None:
+    def __init__(self, spec: RobotSpec, *, phase_s: float, startup_end_s: float = math.inf) -> None:
         self.spec = spec
         self.control_hz = spec.control_hz
         self.max_execution_horizon = spec.max_execution_horizon
@@ -36,7 +36,10 @@ class SimRobot:
         self.chunk_obs_time_s = 0.0
         self.last_tick = -1
         self.first_land_s: float | None = None
-        # Counters (ticks before the first chunk lands are start-up, not starvation)
+        # Ticks before the first chunk lands are start-up, not starvation, until this
+        # time; later ones are counted (and starved) even before the first chunk.
+        self.startup_end_s = startup_end_s
+        # Counters
         self.counted_ticks = 0
         self.starved_ticks = 0
         self.executed = 0
@@ -63,7 +66,13 @@ class SimRobot:
         ticks = n - self.last_tick
         if ticks <= 0:
             return
-        if self.first_land_s is not None:
+        if self.first_land_s is None:
+            # Still waiting for the first chunk: only ticks past the start-up count.
+            if t_s > self.startup_end_s:
+                starving = n - max(self.last_tick, self.tick_index(self.startup_end_s))
+                self.starved_ticks += starving
+                self.counted_ticks += starving
+        else:
             executed = min(ticks, self.queue_end - self.action_index)
             if executed > 0:
                 # Ages of actions executed on ticks last+1 .. last+executed.

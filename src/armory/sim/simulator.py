@@ -29,7 +29,7 @@ from armory.engine.session import (
 from armory.fleet_spec import DelaySpec, FleetSpec
 from armory.scheduling.base import Scheduler
 from armory.scheduling.snapshot import check_batch
-from armory.sim.metrics import SimReport, build_report
+from armory.sim.metrics import SimReport, build_report, startup_s
 from armory.sim.robot import SimRobot
 
 
@@ -62,10 +62,11 @@ class Simulator:
         self._rng = np.random.Generator(np.random.PCG64(config.seed))
         specs = fleet.robot_specs()
         phases = self._rng.uniform(0.0, 1.0, size=len(specs))
-        self.robots = [
-            SimRobot(spec, phase_s=float(p) / spec.control_hz)
-            for spec, p in zip(specs, phases, strict=True)
-        ]
+        self.robots = []
+        for spec, p in zip(specs, phases, strict=True):
+            phase_s = float(p) / spec.control_hz
+            end_s = phase_s + startup_s(fleet, spec)
+            self.robots.append(SimRobot(spec, phase_s=phase_s, startup_end_s=end_s))
         self._true_profile = fleet.profile()
         self.server_profile = fleet.profile()
         self.mirror = QueueMirror(capacity=len(specs))
