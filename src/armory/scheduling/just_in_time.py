@@ -44,7 +44,11 @@ motion the fleet values least, in batches that use the GPU best. When the optimu
 serves one robot per batch, a robot about to run dry may be worth a short wait:
 the observation it sends on its last action's tick buys its whole horizon, and
 the GPU idles for it when that buys more weighted actions per second of forward
-pass and wait than the best chunk now.
+pass and wait than the best chunk now. When it serves one robot per batch and all
+weigh the same, the rule's earliest due is the robot dry longest, and every robot
+would starve alike; among the robots whose single must start now instead, the one
+whose chunk holds the most seconds of motion goes first, and robots with short
+chunks, which turn GPU time into motion least well, take the shortage.
 
 Over capacity, with every plan late and a small fleet whose robots send an
 observation every tick, the rule's batch is then checked by rollouts
@@ -156,6 +160,10 @@ class JustInTimeScheduler(Scheduler):
         if not snapshot.eligible.any():
             return Batch(())
         batch, over_capacity = self._rule(snapshot)
+        if over_capacity and len(batch.robot_ids) == 1 and self._singles_by_horizon(snapshot):
+            # The rollouts' continuations do not make this choice, and checked by them
+            # it lost most of what it gains (docs/scheduling.md).
+            return self._longest_chunk_due(snapshot, batch)
         if not batch.robot_ids or not self._streams_every_tick(snapshot):
             return batch
         if over_capacity:
@@ -237,6 +245,36 @@ class JustInTimeScheduler(Scheduler):
             return Batch((), wait_until_s=float(latest_start_s[best])), False
         batch = Batch(tuple(s.robot_id[candidates[: sizes[best]]].tolist()))
         return batch, every_plan_late and not fleet_fits
+
+    def _singles_by_horizon(self, s: Snapshot) -> bool:
+        """Whether the fluid optimum serves one robot per batch, every robot weighs the
+        same, and the robots' chunks hold different seconds of motion."""
+        chunk_s = s.chunk_seconds()
+        return (
+            int(self._fluid_optimum(s)[1].max()) == 1
+            and float(s.weight.max()) == float(s.weight.min())
+            and float(chunk_s.max()) > float(chunk_s.min())
+        )
+
+    def _longest_chunk_due(self, s: Snapshot, batch: Batch) -> Batch:
+        """Over capacity, one robot per batch: among eligible robots whose single must
+        start now to land before their queues run dry, the one whose chunk holds the
+        most seconds of motion (the earliest due first among equals); ``batch`` if none.
+
+        The rule serves the earliest due, which over capacity is the robot that has
+        been dry longest, so every robot ends up waiting dry and each class starves
+        alike. Served on time, a robot with a long chunk buys its whole horizon
+        without starving; robots with short chunks turn GPU time into motion least
+        well and take the shortage, as in the fluid optimum.
+        """
+        rows = np.flatnonzero(s.eligible)
+        due_s = s.deadline_s[rows] - s.downlink_s[rows]
+        late = due_s - s.latency_s(1) <= s.now_s
+        if not late.any():
+            return batch
+        rows, due_s = rows[late], due_s[late]
+        order = np.lexsort((s.contact_order[rows], due_s, -s.chunk_seconds()[rows]))
+        return Batch((int(s.robot_id[rows[order[0]]]),))
 
     def _streams_every_tick(self, s: Snapshot) -> bool:
         """Whether the fleet is small enough to roll out and every robot's held
