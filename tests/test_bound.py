@@ -14,7 +14,7 @@ from armory.engine.latency_profile import LatencyProfile
 from armory.fleet_spec import DelaySpec, FleetSpec, RobotGroup, RobotSpec, load_fleet
 from armory.scheduling.fluid import solve_fluid
 from armory.scheduling.registry import make_scheduler, scheduler_names
-from armory.sim.bound import fleet_bound, starvation_bound
+from armory.sim.bound import expected_tick_starvation, fleet_bound, starvation_bound
 from armory.sim.simulator import SimConfig, simulate
 
 PAPER_FLEETS = Path(__file__).resolve().parents[1] / "configs" / "fleets" / "paper"
@@ -237,3 +237,22 @@ def test_bound_holds_when_chunks_of_one_robot_overlap() -> None:
     report = simulate(fleet, make_scheduler("max-batch"), SimConfig(duration_s=10.0))
     assert report.system.starvation == pytest.approx(0.285, abs=0.01)  # 2.5 actions a chunk
     assert report.system.starvation >= fleet_bound(fleet) - TOLERANCE  # bound: 0.357
+
+
+@pytest.mark.parametrize("path", representative_paper_fleets(), ids=lambda p: p.stem)
+def test_expected_ticks_charge_at_least_the_bound(path: Path) -> None:
+    """Charged the ticks a window holds on average (f l) instead of the fewest (floor), a
+    chunk costs at least as much, so the fluid starves at least the bound."""
+    fleet, bound = paper_fleet_and_bound(path)
+    assert expected_tick_starvation(fleet) >= bound - 1e-9
+
+
+def test_expected_ticks_of_a_single_robot_pay_the_fractional_tick() -> None:
+    """20 Hz, singles of 0.070 s + 2 x 5 ms of links: f l = 1.6 ticks per chunk (the
+    bound charges 1). At E = 10 back-to-back singles outrun the clock; at E = 2 the
+    third constraint binds with r = 1 / 0.070: a = (20 + (2 - 1.6) / 0.070) / 2."""
+    assert expected_tick_starvation(make_fleet(1)) == pytest.approx(0.0, abs=1e-9)
+    short = make_fleet(1, max_execution_horizon=2)
+    expected = 1.0 - (20.0 + (2.0 - 1.6) / 0.070) / 2.0 / 20.0
+    assert expected_tick_starvation(short) == pytest.approx(expected, abs=1e-6)
+    assert fleet_bound(short) < expected_tick_starvation(short)

@@ -21,14 +21,37 @@ def starvation_bound(
     robots: Sequence[RobotSpec], profile: LatencyProfile, max_batch_size: int
 ) -> float:
     """Least achievable fleet starvation (fraction of ticks): ``1 - sum a_i / sum f_i``."""
-    if not robots:
-        return 0.0
-    classes = robot_classes(robots)
-    solution = classes.solve(profile.table(max_batch_size)[1:])
-    executed = float(classes.count @ solution.actions_per_s)
-    return max(0.0, 1.0 - executed / float(classes.count @ classes.control_hz))
+    return _least_starvation(robots, profile, max_batch_size, expected_ticks=False)
 
 
 def fleet_bound(fleet: FleetSpec) -> float:
     """:func:`starvation_bound` of a fleet file's robots and configured profile."""
     return starvation_bound(fleet.robot_specs(), fleet.profile(), fleet.max_batch_size)
+
+
+def expected_tick_starvation(fleet: FleetSpec) -> float:
+    """The fluid's least starvation when each chunk pays the ticks a window of its
+    latency holds on average over the tick phase (``f l``), not the fewest.
+
+    Not a bound: a scheduler that starts batches just as its robots' observations
+    arrive pays fewer. It is close to what a fleet pays whose batches start at
+    random phases of its robots' ticks (docs/benchmarks.md).
+    """
+    return _least_starvation(
+        fleet.robot_specs(), fleet.profile(), fleet.max_batch_size, expected_ticks=True
+    )
+
+
+def _least_starvation(
+    robots: Sequence[RobotSpec],
+    profile: LatencyProfile,
+    max_batch_size: int,
+    *,
+    expected_ticks: bool,
+) -> float:
+    if not robots:
+        return 0.0
+    classes = robot_classes(robots)
+    solution = classes.solve(profile.table(max_batch_size)[1:], expected_ticks=expected_ticks)
+    executed = float(classes.count @ solution.actions_per_s)
+    return max(0.0, 1.0 - executed / float(classes.count @ classes.control_hz))
