@@ -245,3 +245,11 @@ def test_longest_chunk_first_lowers_starvation_where_short_chunks_share_the_gpu(
     report = simulate(fleet, JustInTimeScheduler(), SimConfig(duration_s=60.0, seed=0))
     assert report.system.starvation < 0.055
     assert max(r.starvation for r in report.robots[1:]) < 0.01
+
+
+def test_robots_that_ask_late_keep_the_earliest_due() -> None:
+    """Held observations 60 ms old (more than a tick and a link): these robots ask only
+    when about to run dry, so every one that asked is due and the longest chunk first
+    would be a strict priority by horizon. The rule's earliest due goes."""
+    snapshot = half_fast_six([1.2, 1.074, 1.3], obs_time_s=0.94)
+    assert rule().schedule(snapshot) == Batch((0,))

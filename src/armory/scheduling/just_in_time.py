@@ -46,9 +46,10 @@ the observation it sends on its last action's tick buys its whole horizon, and
 the GPU idles for it when that buys more weighted actions per second of forward
 pass and wait than the best chunk now. When it serves one robot per batch and all
 weigh the same, the rule's earliest due is the robot dry longest, and every robot
-would starve alike; among the robots whose single must start now instead, the one
-whose chunk holds the most seconds of motion goes first, and robots with short
-chunks, which turn GPU time into motion least well, take the shortage.
+would starve alike; if every robot streams observations, among the robots whose
+single must start now the one whose chunk holds the most seconds of motion goes
+first instead, and robots with short chunks, which turn GPU time into motion least
+well, take the shortage.
 
 Over capacity, with every plan late and a small fleet whose robots send an
 observation every tick, the rule's batch is then checked by rollouts
@@ -248,12 +249,20 @@ class JustInTimeScheduler(Scheduler):
 
     def _singles_by_horizon(self, s: Snapshot) -> bool:
         """Whether the fluid optimum serves one robot per batch, every robot weighs the
-        same, and the robots' chunks hold different seconds of motion."""
+        same, the robots' chunks hold different seconds of motion, and every robot
+        streams observations.
+
+        Robots that ask only when about to run dry (threshold and directed clients)
+        are all due whenever they ask, so serving the longest chunk first would be a
+        strict priority by horizon: on ``l40s-pi05-one-fast-6-w1`` with threshold
+        requests the horizon-6 robot starved 99% (docs/scheduling.md).
+        """
         chunk_s = s.chunk_seconds()
         return (
             int(self._fluid_optimum(s)[1].max()) == 1
             and float(s.weight.max()) == float(s.weight.min())
             and float(chunk_s.max()) > float(chunk_s.min())
+            and bool(self._streaming(s, np.arange(s.num_robots)).all())
         )
 
     def _longest_chunk_due(self, s: Snapshot, batch: Batch) -> Batch:
