@@ -163,7 +163,7 @@ class JustInTimeScheduler(Scheduler):
         batch, over_capacity = self._rule(snapshot)
         if over_capacity and len(batch.robot_ids) == 1 and self._singles_by_horizon(snapshot):
             # The rollouts' continuations do not make this choice, and checked by them
-            # it lost most of what it gains (docs/scheduling.md).
+            # it lost a third to a half of what it gains (docs/scheduling.md).
             return self._longest_chunk_due(snapshot, batch)
         if not batch.robot_ids or not self._streams_every_tick(snapshot):
             return batch
@@ -262,7 +262,7 @@ class JustInTimeScheduler(Scheduler):
             int(self._fluid_optimum(s)[1].max()) == 1
             and float(s.weight.max()) == float(s.weight.min())
             and float(chunk_s.max()) > float(chunk_s.min())
-            and bool(self._streaming(s, np.arange(s.num_robots)).all())
+            and self._all_streaming(s)
         )
 
     def _longest_chunk_due(self, s: Snapshot, batch: Batch) -> Batch:
@@ -288,8 +288,10 @@ class JustInTimeScheduler(Scheduler):
     def _streams_every_tick(self, s: Snapshot) -> bool:
         """Whether the fleet is small enough to roll out and every robot's held
         observation is at most a tick and a link old (it sends one every tick)."""
-        if s.num_robots > self.rollout_max_robots:
-            return False
+        return s.num_robots <= self.rollout_max_robots and self._all_streaming(s)
+
+    def _all_streaming(self, s: Snapshot) -> bool:
+        """Whether every robot of ``s`` streams observations (:meth:`_streaming`)."""
         return bool(self._streaming(s, np.arange(s.num_robots)).all())
 
     def _streaming(self, s: Snapshot, rows: np.ndarray) -> np.ndarray:
