@@ -179,3 +179,24 @@ def test_constructor_checks_horizons() -> None:
         ActionQueue(max_execution_horizon=0)
     with pytest.raises(ValueError, match="exceeds"):
         ActionQueue(max_execution_horizon=3, min_execution_horizon=4)
+
+
+def test_rtc_freeze_keeps_the_frozen_prefix_in_every_episode() -> None:
+    """Under rtc, actions frozen with `freeze` before a request are played whatever the
+    chunk says, in the first episode and after a reset."""
+    queue = ActionQueue(max_execution_horizon=50, merge_rule="rtc")
+    for _ in range(2):
+        queue.apply(np.zeros((20, 1), np.float32), 0)
+        request = queue.freeze(4)
+        assert request.delay == 4 and request.action_index == 0
+        queue.pop()
+        queue.pop()
+        queue.apply(np.ones((20, 1), np.float32), 0)
+        assert queue.queued.actions[:4, 0].tolist() == [0, 0, 1, 1]
+        queue.reset()
+
+
+def test_freeze_needs_the_rtc_rule() -> None:
+    """Freezing a queue that merges by another rule is refused, naming that rule."""
+    with pytest.raises(ValueError, match="'replace'"):
+        make_queue().freeze(2)

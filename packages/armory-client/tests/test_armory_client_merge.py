@@ -429,7 +429,7 @@ def rtc_after(num_popped: int) -> tuple[int, list[float]]:
     from 10 tagged 1000 with E = 6."""
     rule = Rtc()
     state = make_state(10, [10, 11, 12, 13, 14, 15], newest_start=8)
-    rule.freeze(state.queued, 2)
+    rule.freeze(state.queued, 2, episode_id=0)
     return queue_of(land(rule, state.popped(num_popped), 10, 1000, horizon=6))
 
 
@@ -455,7 +455,7 @@ def test_rtc_without_frozen_prefix_replaces() -> None:
     state = make_state(11, [11, 12, 13], newest_start=8)
     assert queue_of(land(Rtc(), state, 10, 1000)) == queue_of(land("replace", state, 10, 1000))
     rule = Rtc()
-    rule.freeze(IndexedActions.empty(0), 3)
+    rule.freeze(IndexedActions.empty(0), 3, episode_id=0)
     assert queue_of(land(rule, QueueState(), 0, 1000)) == (0, [1000, 1001, 1002, 1003])
 
 
@@ -463,10 +463,10 @@ def test_rtc_out_of_order_dropped_and_prefix_forgotten() -> None:
     """An older chunk is dropped; a landing forgets the prefixes frozen before it."""
     rule = Rtc()
     state = make_state(10, [10, 11, 12, 13], newest_start=8)
-    rule.freeze(state.queued, 2)
+    rule.freeze(state.queued, 2, episode_id=0)
     assert land(rule, state, 7, 1000).outcome == "dropped"
     # The prefix frozen at 10 is forgotten by the landing from 10's successor (12).
-    rule.freeze(state.queued, 2)
+    rule.freeze(state.queued, 2, episode_id=0)
     after = land(rule, state.popped(2), 12, 1000).state
     assert queue_of(MergeResult(after, "applied")) == (12, [1012, 1013, 1014, 1015])
     assert rule._frozen == {}
@@ -494,7 +494,7 @@ def test_rtc_joins_a_smooth_trajectory_without_a_seam() -> None:
         rule = Rtc()
         state = QueueState(IndexedActions(0, col(*(step * i for i in range(6)))), 0)
         state = state.popped(2)
-        request = rule.freeze(state.queued, 2)
+        request = rule.freeze(state.queued, 2, episode_id=0)
         # Inpainting policy: the frozen rows, then the same slope from there on.
         last = float(request.prefix[-1, 0])
         chunk = col(*request.prefix[:, 0], *(last + step * (i + 1) for i in range(6)))

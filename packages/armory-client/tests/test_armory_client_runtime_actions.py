@@ -167,6 +167,32 @@ def test_rtc_requests_carry_the_frozen_actions() -> None:
     assert_actions_match_indices(robot)
 
 
+def test_rtc_plays_the_frozen_actions_when_chunks_disagree() -> None:
+    """A server that ignores rtc_prefix and whose chunks disagree (each shifted by 1000
+    per request): every request's frozen actions are still the ones played at their
+    indices, in the first episode and the next."""
+    clock = FakeClock()
+    robot = FakeRobot(clock)
+    client = RecordingClient(clock, delay_s=2.5 * PERIOD_S, offset_per_request=1000.0)
+    config = make_config(request_mode="threshold", merge_rule="rtc", threshold_margin_s=0.02)
+    runtime = RobotRuntime(robot, client, config, clock=clock, sleep=clock.sleep)
+    asyncio.run(runtime.run())
+    assert runtime.summary().num_starved_ticks == 0
+    frozen = [
+        obs
+        for obs in client.observations
+        if obs["rtc_delay"] > 0
+        and obs[ARMORY_KEY]["action_index"] + obs["rtc_delay"] <= len(robot.actions)
+    ]
+    assert len(frozen) >= 5
+    for obs in frozen:
+        k, d = obs[ARMORY_KEY]["action_index"], obs["rtc_delay"]
+        # robot.actions[i] is the action of index i (no tick starved after the first).
+        assert robot.actions[k : k + d] == obs["rtc_prefix"][:, 0].tolist(), (k, d)
+    played = np.array(robot.actions)
+    assert np.any(played >= 2000)  # chunks after the first did land
+
+
 # ---- safety -------------------------------------------------------------------
 
 

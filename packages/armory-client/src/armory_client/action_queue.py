@@ -33,7 +33,15 @@ import numbers
 
 import numpy as np
 
-from armory_client.merge import IndexedActions, MergeRule, QueueState, make_merge_rule, merge_chunk
+from armory_client.merge import (
+    IndexedActions,
+    MergeRule,
+    QueueState,
+    Rtc,
+    RtcRequest,
+    make_merge_rule,
+    merge_chunk,
+)
 
 __all__ = ["ActionQueue"]
 
@@ -85,6 +93,11 @@ class ActionQueue:
     # ---- state ---------------------------------------------------------
 
     @property
+    def episode_id(self) -> int:
+        """The queue's episode counter (`QueueState.episode_id`); `reset` advances it."""
+        return self._state.episode_id
+
+    @property
     def action_index(self) -> int:
         """Actions executed this episode; the index of the next action to execute."""
         return self._state.action_index
@@ -126,6 +139,16 @@ class ActionQueue:
         return self.num_starved_ticks / self.num_counted_ticks
 
     # ---- events --------------------------------------------------------
+
+    def freeze(self, delay_ticks: int) -> RtcRequest:
+        """Called before sending a request under the ``rtc`` rule: freezes the first
+        `delay_ticks` queued actions in this episode (`Rtc.freeze`) and returns the
+        fields to send. Raises ValueError when the queue's rule is not ``rtc``."""
+        if not isinstance(self.merge_rule, Rtc):
+            raise ValueError(
+                f"freeze needs the 'rtc' merge rule; this queue merges by {self.merge_rule.name!r}"
+            )
+        return self.merge_rule.freeze(self.queued, delay_ticks, episode_id=self.episode_id)
 
     def apply(self, chunk: np.ndarray, start_index: int) -> int:
         """A chunk computed from the observation at `start_index` lands and is merged by

@@ -50,8 +50,9 @@ indices it covers are recomputed; the queue neither grows nor shrinks.
 
 **Real-time chunking (`rtc`).** The robot keeps playing while a request is in
 flight, so the d actions it executes before the reply lands cannot come from the
-new chunk. Before sending, the client calls `Rtc.freeze` (or the pure
-`rtc_request`) with d = `rtc_delay_ticks(round_trip_s, control_hz)`: the first d
+new chunk. Before sending, the client calls `ActionQueue.freeze` (`Rtc.freeze` with
+the queue's episode; the pure `rtc_request` remembers nothing) with d =
+`rtc_delay_ticks(round_trip_s, control_hz)`: the first d
 queued actions are frozen (the robot plays them whatever the reply), and the
 request carries them and the rest of the queue, so that a policy that supports
 inpainting computes a chunk whose first d rows continue them without a seam. When
@@ -520,12 +521,12 @@ class Rtc(MergeRule):
         self._episode_id = None
         self._frozen.clear()
 
-    def freeze(
-        self, queued: IndexedActions, delay_ticks: int, *, episode_id: int = 0
-    ) -> RtcRequest:
+    def freeze(self, queued: IndexedActions, delay_ticks: int, *, episode_id: int) -> RtcRequest:
         """Called before sending a request at index ``queued.first_index``: freezes the
-        first `delay_ticks` queued actions and returns the fields to send."""
-        self._sync_episode(episode_id)
+        first `delay_ticks` queued actions and returns the fields to send. `episode_id` is
+        the queue's (`QueueState.episode_id`): a landing of another episode forgets the
+        prefix (`ActionQueue.freeze` passes its own)."""
+        self._sync_episode(_check_index("episode_id", episode_id))
         request = rtc_request(queued, delay_ticks)
         self._frozen.pop(request.action_index, None)
         self._frozen[request.action_index] = IndexedActions(request.action_index, request.prefix)

@@ -424,7 +424,7 @@ class RobotRuntime:
                 self.config.control_hz,
                 margin_ticks=self.config.rtc_margin_ticks,
             )
-            frozen = self.queue.merge_rule.freeze(self.queue.queued, delay)
+            frozen = self.queue.freeze(delay)
             obs = {**obs, **frozen.to_wire()}
         sent_s = self._clock() - (self._t0_s if self._t0_s is not None else self._clock())
         task = asyncio.create_task(self._request_chunk(attach(obs, state), state, sent_s=sent_s))
