@@ -165,3 +165,19 @@ def test_bad_option_value_is_one_line_error(
     argv = ["simulate", "--fleet", str(fleet), "--scheduler", "lookahead-actions"]
     assert main([*argv, "--lookahead-depth", "0"]) != 0
     assert "lookahead_depth must be >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["simulate"], ["fleet", "--port", "9"], ["serve", "--port", "0"]],
+    ids=["simulate", "fleet", "serve"],
+)
+def test_negative_seed_is_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """--seed -1 fails in one line naming the option, before any run, server or connection."""
+    fleet = write_fleet_file(tmp_path, make_fleet_dict())
+    extra = [] if command[0] == "serve" else ["--fleet", str(fleet)]
+    assert main([*command, *extra, "--seed", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert err == "armory: error: --seed must be >= 0, got -1\n"

@@ -90,15 +90,24 @@ def test_unknown_keys_are_rejected_by_name(tmp_path: Path, overrides: dict, name
         ({"latency_points": {1: -0.1}}, "latency must be positive"),
         ({"latency_points": [0.1, 0.2]}, "latency_points is a mapping"),
         ({"robots": [{"name": "a"}, {"name": "a"}]}, "robot group names must differ"),
+        ({"robots": [{"count": 2.5}]}, r"robots\[0\]\.count must be a whole number, got 2\.5"),
+        ({"robots": [{"count": "two"}]}, r"robots\[0\]\.count must be a whole number, got 'two'"),
+        ({"robots": [{"control_hz": float("inf")}]}, r"robots\[0\]\.control_hz must be a finite"),
+        ({"robots": [{"weight": float("inf")}]}, r"robots\[0\]\.weight must be a finite"),
+        ({"robots": [{"uplink": float("nan")}]}, r"robots\[0\]\.uplink\.median_s must be a finite"),
+        ({"max_batch_size": True}, "max_batch_size must be a whole number"),
+        ({"latency_points": {1: float("inf")}}, "latency_points must be finite"),
+        ({"linear": {"intercept": 0.1}}, r"unknown keys \['intercept'\] under linear; valid keys"),
     ],
 )
 def test_invalid_values_fail_with_a_clear_message(
     tmp_path: Path, overrides: dict, message: str
 ) -> None:
-    """Each invalid value is rejected with a message naming what is wrong."""
+    """Each invalid value is rejected with a message naming what is wrong and the file."""
     path = write_fleet_file(tmp_path, make_fleet_dict(**overrides))
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=message) as info:
         load_fleet(path)
+    assert str(path) in str(info.value)
 
 
 def test_shipped_paper_files_match_the_paper_grid() -> None:

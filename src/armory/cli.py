@@ -54,6 +54,12 @@ def _usage_errors() -> Iterator[None]:
         raise UsageError(" ".join(str(exc).split())) from exc
 
 
+def _check_seed(seed: int) -> None:
+    """Refuse a negative --seed (random generators take none) before anything runs."""
+    if seed < 0:
+        raise ValueError(f"--seed must be >= 0, got {seed}")
+
+
 def _print_report(report: SimReport, max_robot_rows: int, json_path: Path | None) -> None:
     """Print a run's tables; also write its JSON report if asked (simulate and fleet)."""
     print(format_report(report, max_robot_rows=max_robot_rows))
@@ -107,6 +113,7 @@ class Simulate:
         with _usage_errors():
             if not self.duration_s > 0:
                 raise ValueError(f"--duration-s must be > 0, got {self.duration_s}")
+            _check_seed(self.seed)
             scheduler = make_scheduler(self.scheduler_options.config(self.scheduler, self.seed))
             fleet = sweep.read_fleet(self.fleet)
         report = simulate(fleet, scheduler, SimConfig(duration_s=self.duration_s, seed=self.seed))
@@ -208,6 +215,7 @@ class Serve:
                 doors.append(self.lerobot.door(self.host))
             if self.port is None and not doors:
                 raise ValueError("every door is closed: give --port or another door's port")
+            _check_seed(self.seed)
             level = logging.getLevelName(self.log_level.upper())
             if not isinstance(level, int):
                 raise ValueError(f"--log-level {self.log_level!r} is not a logging level")

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -163,16 +166,43 @@ class FleetSpec:
         return dataclasses.replace(self, robots=groups)
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _checked_keys(cls: type, raw: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """``raw`` as keyword arguments of the dataclass ``cls``, checked before it is built.
+
+    ``where`` names the mapping in the file (``robots[0]``; empty at the top level).
+    An unknown key fails with the valid ones listed; a value of an ``int``, ``float``
+    or ``str`` field fails unless it is a whole number, a finite number or a string
+    (YAML's ``.inf``, or ``2.5`` for a count, is refused here, naming the key). Fields
+    of other types are the caller's to convert.
+    """
+    valid = [f.name for f in dataclasses.fields(cls)]
+    unknown = set(raw) - set(valid)
+    if unknown:
+        within = f" under {where}" if where else ""
+        raise ValueError(f"unknown keys {sorted(unknown)}{within}; valid keys: {sorted(valid)}")
+    hints = typing.get_type_hints(cls)
+    for key, value in raw.items():
+        hint, name = hints[key], f"{where}.{key}" if where else key
+        if hint is int and not (_is_number(value) and float(value).is_integer()):
+            raise ValueError(f"{name} must be a whole number, got {value!r}")
+        if hint is float and not (_is_number(value) and math.isfinite(value)):
+            raise ValueError(f"{name} must be a finite number, got {value!r}")
+        if hint is str and not isinstance(value, str):
+            raise ValueError(f"{name} must be a string, got {value!r}")
+    return {key: int(value) if hints[key] is int else value for key, value in raw.items()}
+
+
 def _delay(value: Any, where: str) -> DelaySpec:
     if value is None:
         return DelaySpec()
-    if isinstance(value, int | float):
-        return DelaySpec(median_s=float(value))
+    if _is_number(value):
+        return DelaySpec(**_checked_keys(DelaySpec, {"median_s": value}, where))
     if isinstance(value, dict):
-        unknown = set(value) - {"median_s", "jitter_s"}
-        if unknown:
-            raise ValueError(f"{where}: unknown delay keys {sorted(unknown)}")
-        return DelaySpec(**{k: float(v) for k, v in value.items()})
+        return DelaySpec(**_checked_keys(DelaySpec, value, where))
     raise ValueError(f"{where}: a delay is a number of seconds or {{median_s, jitter_s}}")
 
 
@@ -180,22 +210,17 @@ def fleet_from_dict(data: dict[str, Any], *, default_name: str = "fleet") -> Fle
     """Build a fleet from the parsed YAML/JSON mapping, naming any unknown key."""
     if not isinstance(data, dict):
         raise ValueError("a fleet file must hold a mapping at its top level")
-    known = {f.name for f in dataclasses.fields(FleetSpec)}
-    unknown = set(data) - known
-    if unknown:
-        raise ValueError(f"unknown fleet keys {sorted(unknown)}; valid keys: {sorted(known)}")
-    kwargs = dict(data)
+    kwargs = _checked_keys(FleetSpec, data, "")
     kwargs.setdefault("name", default_name)
-    group_keys = {f.name for f in dataclasses.fields(RobotGroup)}
+    robots = kwargs.get("robots") or []
+    if not isinstance(robots, list):
+        raise ValueError("robots is a list of robot groups, e.g. [{count: 2, control_hz: 30}]")
     groups = []
-    for i, raw in enumerate(kwargs.get("robots") or []):
+    for i, raw in enumerate(robots):
         where = f"robots[{i}]"
         if not isinstance(raw, dict):
             raise ValueError(f"{where}: each robot group is a mapping")
-        bad = set(raw) - group_keys
-        if bad:
-            raise ValueError(f"{where}: unknown keys {sorted(bad)}; valid: {sorted(group_keys)}")
-        group = dict(raw)
+        group = _checked_keys(RobotGroup, raw, where)
         group["uplink"] = _delay(group.get("uplink"), where + ".uplink")
         group["downlink"] = _delay(group.get("downlink"), where + ".downlink")
         group.setdefault("name", f"g{i}")
@@ -211,8 +236,15 @@ def fleet_from_dict(data: dict[str, Any], *, default_name: str = "fleet") -> Fle
         if not isinstance(points, dict):
             raise ValueError("latency_points is a mapping of batch size to seconds, e.g. {1: 0.07}")
         kwargs["latency_points"] = {int(b): float(s) for b, s in points.items()}
+        if not all(math.isfinite(s) for s in kwargs["latency_points"].values()):
+            raise ValueError(f"latency_points must be finite seconds, got {points}")
     if "linear" in kwargs:
-        kwargs["linear"] = LinearProfileConfig(**kwargs["linear"])
+        linear = kwargs["linear"]
+        if not isinstance(linear, dict):
+            raise ValueError("linear is a mapping, e.g. {intercept_s: 0.05, slope_s: 0.01}")
+        kwargs["linear"] = LinearProfileConfig(
+            **_checked_keys(LinearProfileConfig, linear, "linear")
+        )
     return FleetSpec(**kwargs)
 
 
