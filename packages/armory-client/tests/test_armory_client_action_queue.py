@@ -200,3 +200,15 @@ def test_freeze_needs_the_rtc_rule() -> None:
     """Freezing a queue that merges by another rule is refused, naming that rule."""
     with pytest.raises(ValueError, match="'replace'"):
         make_queue().freeze(2)
+
+
+def test_nonfinite_chunk_is_refused_and_counted() -> None:
+    """A chunk with an inf in a row the horizon would cut is refused whole and counted,
+    apart from chunks dropped as out of order."""
+    queue = make_queue()
+    queue.apply(make_chunk(0), 0)
+    bad = make_chunk(0)
+    bad[E + 5, 0] = np.inf
+    assert queue.apply(bad, 0) == 0
+    assert (queue.num_chunks_nonfinite, queue.num_chunks_dropped) == (1, 0)
+    assert pop_values(queue, E) == list(range(E))

@@ -18,6 +18,7 @@ from armory_client import (
     TemporalEnsemble,
     make_merge_rule,
     merge_chunk,
+    nonfinite_rows,
     rtc_delay_ticks,
     rtc_request,
 )
@@ -157,6 +158,28 @@ def test_bad_chunks_are_refused(name: str) -> None:
         merge_chunk(rule, state, np.zeros((4, 3)), 0, max_execution_horizon=E)
     with pytest.raises(ValueError, match="start_index"):
         merge_chunk(rule, state, col(1), -1, max_execution_horizon=E)
+
+
+@pytest.mark.parametrize("name", list(MERGE_RULES))
+@pytest.mark.parametrize("bad_row", [1, 6])
+@pytest.mark.parametrize("bad_value", [np.nan, np.inf, -np.inf])
+def test_nonfinite_chunks_are_refused_whole(name: str, bad_row: int, bad_value: float) -> None:
+    """A chunk with NaN or inf in any row, even one past the horizon (row 6, E = 4), is
+    not merged and leaves the rule's memory as it was."""
+    rule = make_merge_rule(name)
+    state = land(rule, QueueState(), 0, 1000).state
+    bad = make_chunk(1, 2000)
+    bad[bad_row, 0] = bad_value
+    assert nonfinite_rows(bad) == [bad_row]
+    result = merge_chunk(rule, state.popped(1), bad, 1, max_execution_horizon=E)
+    assert result.outcome == "non-finite"
+    assert queue_of(result) == (1, [1001, 1002, 1003])
+    # Nothing of the refused chunk is remembered: a later chunk merges as if it never came.
+    after = land(rule, state.popped(1), 1, 3000)
+    reference_rule = make_merge_rule(name)
+    reference_state = land(reference_rule, QueueState(), 0, 1000).state
+    reference = land(reference_rule, reference_state.popped(1), 1, 3000)
+    assert queue_of(after) == queue_of(reference)
 
 
 @pytest.mark.parametrize("name", list(MERGE_RULES))

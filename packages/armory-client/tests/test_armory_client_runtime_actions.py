@@ -193,6 +193,35 @@ def test_rtc_plays_the_frozen_actions_when_chunks_disagree() -> None:
     assert np.any(played >= 2000)  # chunks after the first did land
 
 
+def test_nonfinite_chunk_is_refused_counted_and_reported(caplog: pytest.LogCaptureFixture) -> None:
+    """The second reply holds NaN in a row past the execution horizon: it is not merged
+    (the robot plays on from its queue, no NaN ever comes due), it is counted and its
+    row is named in a warning; later chunks land as usual."""
+    clock = FakeClock()
+    robot = FakeRobot(clock)
+    client = RecordingClient(clock, delay_s=2.5 * PERIOD_S)
+    original = client.infer
+
+    async def infer(obs: dict[str, Any]) -> dict[str, Any]:
+        reply = await original(obs)
+        if len(client.requests) == 2:
+            reply["actions"] = reply["actions"].copy()
+            reply["actions"][E + 2, 1] = np.nan
+        return reply
+
+    client.infer = infer  # type: ignore[method-assign]
+    config = make_config(request_mode="threshold", threshold_margin_s=0.05)
+    with caplog.at_level("WARNING", logger="armory_client.runtime"):
+        runtime, summary = run_runtime(clock, robot, client, config)
+    assert summary.num_chunks_nonfinite == 1
+    outcomes = [r.outcome for r in runtime.stats.requests]
+    assert outcomes[1] == "non-finite" and outcomes.count("non-finite") == 1
+    assert summary.num_chunks_applied == len(outcomes) - 1
+    assert f"rows [{E + 2}] of 20 hold NaN or inf" in caplog.text
+    assert np.isfinite(robot.actions).all()
+    assert robot.actions[: summary.num_executed] == list(range(summary.num_executed))
+
+
 # ---- safety -------------------------------------------------------------------
 
 

@@ -49,6 +49,7 @@ from armory_client.merge import (
     make_merge_rule,
     merge_chunk,
     rtc_delay_ticks,
+    nonfinite_rows,
     rtc_request,
 )
 from armory_client.queue_state import ARMORY_KEY, WIRE_VERSION, RobotState, attach, detach
@@ -127,6 +128,7 @@ __all__ = [
     "merge_chunk",
     "packb",
     "parse_reply",
+    "nonfinite_rows",
     "prepare_images",
     "resize_with_pad",
     "rtc_delay_ticks",

@@ -82,6 +82,9 @@ class ActionQueue:
         self.num_chunks_applied = 0
         self.num_chunks_dropped = 0
         """Chunks refused because they started before the current chunk."""
+        self.num_chunks_nonfinite = 0
+        """Chunks refused because they hold NaN or inf (in any row, even one that would
+        have been cut or replaced)."""
         self.reset()
 
     def reset(self) -> None:
@@ -153,7 +156,7 @@ class ActionQueue:
     def apply(self, chunk: np.ndarray, start_index: int) -> int:
         """A chunk computed from the observation at `start_index` lands and is merged by
         the queue's rule; returns the number of actions now queued (0 when dropped as
-        older than the current one).
+        older than the current one, or refused for holding NaN or inf: each is counted).
 
         Raises ValueError for a chunk that is not 2-D with at least one row, that
         starts ahead of the robot (no observation can come from an index not reached),
@@ -176,6 +179,9 @@ class ActionQueue:
             start_index,
             max_execution_horizon=self.max_execution_horizon,
         )
+        if result.outcome == "non-finite":
+            self.num_chunks_nonfinite += 1
+            return 0
         if result.outcome != "applied":
             self.num_chunks_dropped += 1
             return 0

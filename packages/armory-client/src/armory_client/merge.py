@@ -19,6 +19,9 @@ from the observation taken at index s holds the actions for ``s, s+1, ...``.
   past them are dropped (Armory's rule and LeRobot's alike). Only
   `temporal_ensemble` differs, for an out-of-order chunk, and `rtc`, whose frozen
   actions stay queued even past a shorter chunk (below).
+- **Finite.** A chunk holding NaN or inf anywhere is refused whole (outcome
+  ``non-finite``) before any rule sees it, even when the bad rows would be cut or
+  replaced: such a chunk says the policy is broken, and none of its rows is trusted.
 - **Episodes.** `QueueState.new_episode` empties the queue and restarts the index
   at 0; a chunk from an earlier episode is dropped (``stale-episode``); rules with
   memory (`temporal_ensemble`, `rtc`) forget everything of an earlier episode.
@@ -106,6 +109,7 @@ __all__ = [
     "WeightedAverage",
     "make_merge_rule",
     "merge_chunk",
+    "nonfinite_rows",
     "rtc_delay_ticks",
     "rtc_request",
 ]
@@ -241,8 +245,9 @@ class MergeResult:
     state: QueueState
     """The queue after the landing (the same state when the chunk was not merged)."""
     outcome: str
-    """``applied``, ``dropped`` (the rule refused it: older than the newest chunk) or
-    ``stale-episode`` (computed in an earlier episode)."""
+    """``applied``, ``dropped`` (the rule refused it: older than the newest chunk),
+    ``stale-episode`` (computed in an earlier episode) or ``non-finite`` (it holds NaN
+    or inf: refused whole)."""
 
 
 def merge_chunk(
@@ -255,7 +260,8 @@ def merge_chunk(
     episode_id: int | None = None,
 ) -> MergeResult:
     """Land the chunk `actions` computed from the observation at `start_index` (in
-    `episode_id`, by default the queue's) and merge it by `rule`.
+    `episode_id`, by default the queue's) and merge it by `rule`; a chunk holding NaN or
+    inf is not merged (outcome ``non-finite``).
 
     Raises ValueError for a chunk that is not a 2-D numeric array with >= 1 row, whose
     width differs from the queue's, that starts past the end of the queue, or that
@@ -293,6 +299,8 @@ def merge_chunk(
             f"actions for {queued.end_index}..{start - 1} are unknown, so the robot could "
             "never reach it"
         )
+    if nonfinite_rows(actions):
+        return MergeResult(state, "non-finite")
     k = state.action_index
     chunk = IndexedActions(start, actions).between(k, start + horizon)
     if not len(chunk):
@@ -595,6 +603,13 @@ def make_merge_rule(name: str = Replace.name, **options: Any) -> MergeRule:
 
 
 # ---- helpers ------------------------------------------------------------------
+
+
+def nonfinite_rows(actions: np.ndarray) -> list[int]:
+    """The rows of a 2-D chunk that hold NaN or inf (none for an integer chunk)."""
+    if actions.dtype.kind != "f":
+        return []
+    return np.flatnonzero(~np.isfinite(actions).all(axis=1)).tolist()
 
 
 def _float_dtype(*arrays: np.ndarray) -> np.dtype:

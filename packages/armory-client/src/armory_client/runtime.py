@@ -32,6 +32,10 @@ and JPEG-encoded at `RuntimeConfig.jpeg_quality` for keys the server decodes.
 A tick that runs more than a full period late skips the missed slots (counted)
 rather than playing actions in a burst.
 
+A chunk holding NaN or inf is refused whole when it lands (never merged, even when
+its bad rows would be cut or replaced), counted (`RuntimeSummary.num_chunks_nonfinite`)
+and logged with the rows at fault; the robot plays on from its queue.
+
 Request errors (timeouts, lost connections, server error messages, malformed
 replies) are counted and logged, and the robot carries on with its queue; an
 observation the codec cannot encode or a refused handshake (e.g. a wrong API
@@ -57,7 +61,7 @@ from armory_client.action_queue import ActionQueue
 from armory_client.codec import packb
 from armory_client.errors import ArmoryClientError, HandshakeRejected
 from armory_client.image_prep import ImageSpec, image_specs, prepare_images
-from armory_client.merge import Rtc, make_merge_rule, rtc_delay_ticks
+from armory_client.merge import Rtc, make_merge_rule, nonfinite_rows, rtc_delay_ticks
 from armory_client.queue_state import RobotState, attach
 from armory_client.reply_state import ReplyState, parse_reply
 from armory_client.request_modes import RoundTripEstimate, SendState, make_request_mode
@@ -512,7 +516,17 @@ class RobotRuntime:
         if sent.episode_id != self.episode_id:
             return "stale-episode", 0
         num_dropped = self.queue.num_chunks_dropped
+        num_nonfinite = self.queue.num_chunks_nonfinite
         gained = self.queue.apply(actions, reply.chunk_start)
+        if self.queue.num_chunks_nonfinite > num_nonfinite:
+            logger.warning(
+                "%s: refused the chunk from action index %d: rows %s of %d hold NaN or inf",
+                self.config.robot_id,
+                reply.chunk_start,
+                nonfinite_rows(actions),
+                len(actions),
+            )
+            return "non-finite", 0
         if self.queue.num_chunks_dropped > num_dropped:
             return "dropped", 0
         self._next_request_index = reply.next_request_index

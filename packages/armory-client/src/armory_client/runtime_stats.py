@@ -40,7 +40,8 @@ class RequestRecord:
     round_trip_s: float | None
     """From sending to holding the decoded reply; None when no reply came."""
     outcome: str
-    """``applied``, ``dropped`` (older than the current chunk), ``stale-episode``
+    """``applied``, ``dropped`` (older than the current chunk), ``non-finite`` (the
+    chunk holds NaN or inf: refused whole), ``stale-episode``
     (sent in an earlier episode), ``deferred`` (every-tick: no batch took it in time, a
     newer observation follows) or ``error``."""
     actions_gained: int
@@ -75,6 +76,8 @@ class RuntimeSummary:
     num_request_errors: int
     num_chunks_applied: int
     num_chunks_dropped: int
+    num_chunks_nonfinite: int
+    """Chunks refused on landing because they hold NaN or inf."""
     num_stale_episode_replies: int
     num_deferred_replies: int
     """Every-tick: observations the server answered without a chunk (a newer one followed)."""
@@ -151,6 +154,7 @@ class RuntimeStats:
             num_request_errors=self.num_request_errors,
             num_chunks_applied=queue.num_chunks_applied,
             num_chunks_dropped=queue.num_chunks_dropped,
+            num_chunks_nonfinite=queue.num_chunks_nonfinite,
             num_stale_episode_replies=self.num_stale_episode_replies,
             num_deferred_replies=self.num_deferred_replies,
             bytes_sent=self.bytes_sent,
