@@ -6,7 +6,8 @@ decoding and scheduling while the worker computes it. A batch whose forward
 pass raises is retried one observation at a time, so an observation that passes
 validation but breaks the model costs only its own robot an error; a policy that
 returns the wrong number or shape of chunks fails the whole batch (the policy is
-at fault, not a robot).
+at fault, not a robot). A chunk holding NaN or inf is never sent: its robot alone
+gets an error naming the policy.
 """
 
 from __future__ import annotations
@@ -126,7 +127,9 @@ class Executor:
                 results.append(PolicyError(_failure_message(exc)))
         return BatchOutcome(results, time.perf_counter() - started, False)
 
-    def _infer(self, observations: list[Mapping[str, Any]]) -> list[np.ndarray]:
+    def _infer(self, observations: list[Mapping[str, Any]]) -> list[np.ndarray | PolicyError]:
+        """The batch's chunks; a chunk holding NaN or inf becomes an error to its robot
+        alone (it is never sent)."""
         chunks = self.policy.infer_batch(observations)
         if not isinstance(chunks, list | tuple) or len(chunks) != len(observations):
             got = len(chunks) if isinstance(chunks, list | tuple) else type(chunks).__name__
@@ -141,8 +144,19 @@ class Executor:
                     f"the policy returned a chunk of shape {array.shape} and dtype "
                     f"{array.dtype.name}; it declared {self._shape} float32"
                 )
-            out.append(np.ascontiguousarray(array, dtype=np.float32))
+            array = np.ascontiguousarray(array, dtype=np.float32)
+            out.append(array if np.isfinite(array).all() else self._nonfinite(array))
         return out
+
+    def _nonfinite(self, chunk: np.ndarray) -> PolicyError:
+        """The error a robot gets instead of a chunk holding NaN or inf."""
+        rows = np.flatnonzero(~np.isfinite(chunk).all(axis=1)).tolist()
+        name = self.policy.metadata.name
+        logger.warning("policy %s returned NaN or inf in rows %s of a chunk", name, rows)
+        return PolicyError(
+            f"the policy {name!r} returned a chunk with NaN or inf in rows {rows} of "
+            f"{len(chunk)}; it was not sent"
+        )
 
 
 def _failure_message(exc: Exception) -> str:
