@@ -7,6 +7,7 @@ because it needs numpy<2; the test runs a small script there as a subprocess.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -14,8 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from server_harness import expected_actions, make_mock, running_server
+from tls_certs import write_test_certificates
 
 from armory.policies.base import conform_observation
+from armory.serve import ServerThread
 
 ROOT = Path(__file__).resolve().parents[1]
 OPENPI_PYTHON = ROOT / ".venv-openpi" / "bin" / "python"
@@ -36,7 +39,7 @@ obs = {
     "prompt": "pick up the fork",
 }
 policy = websocket_client_policy.WebsocketClientPolicy(
-    host="127.0.0.1", port=int(sys.argv[1]), api_key=sys.argv[2]
+    host=sys.argv[3], port=int(sys.argv[1]), api_key=sys.argv[2]
 )
 metadata = policy.get_server_metadata()
 replies = [policy.infer(obs) for _ in range(2)]
@@ -64,23 +67,39 @@ def _observation() -> dict[str, object]:
     }
 
 
-@pytest.mark.skipif(
+def _run_client(
+    server: ServerThread, *, host: str = "127.0.0.1", ssl_cert_file: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The script in .venv-openpi against ``server`` (key ``upstream-key``); waits until the
+    server has closed the client's session. ``ssl_cert_file`` goes to ``SSL_CERT_FILE``."""
+    env = {k: v for k, v in os.environ.items() if k not in ("SSL_CERT_FILE", "SSL_CERT_DIR")}
+    if ssl_cert_file is not None:
+        env["SSL_CERT_FILE"] = str(ssl_cert_file)
+    done = subprocess.run(
+        [str(OPENPI_PYTHON), "-c", _SCRIPT, str(server.port), "upstream-key", host],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    deadline = time.monotonic() + 5
+    while server.stats().num_sessions and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return done
+
+
+needs_openpi_client = pytest.mark.skipif(
     not OPENPI_PYTHON.exists(),
     reason=".venv-openpi is absent: scripts/test.sh creates it (pip install openpi-client==0.1.2)",
 )
+
+
+@needs_openpi_client
 def test_unmodified_openpi_client_round_trips() -> None:
     """openpi-client 0.1.2 reads the metadata and gets the chunk of its own observation."""
     policy = make_mock()
     with running_server(policy, api_key="upstream-key") as server:
-        done = subprocess.run(
-            [str(OPENPI_PYTHON), "-c", _SCRIPT, str(server.port), "upstream-key"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        deadline = time.monotonic() + 5
-        while server.stats().num_sessions and time.monotonic() < deadline:
-            time.sleep(0.01)
+        done = _run_client(server)
         stats = server.stats()
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
@@ -94,3 +113,31 @@ def test_unmodified_openpi_client_round_trips() -> None:
     for actions in result["actions"]:
         np.testing.assert_array_equal(np.asarray(actions, dtype=np.float32), expected)
     assert stats.num_replies == 2 and stats.num_errors == 0
+
+
+@needs_openpi_client
+def test_unmodified_openpi_client_over_wss(tmp_path: Path) -> None:
+    """openpi-client 0.1.2, given ``wss://`` and the CA in SSL_CERT_FILE, round-trips over
+    TLS with its API key; without that trust it is refused at the TLS handshake."""
+    certs = write_test_certificates(tmp_path)
+    policy = make_mock()
+    with running_server(
+        policy,
+        api_key="upstream-key",
+        tls_cert_file=str(certs.cert_file),
+        tls_key_file=str(certs.key_file),
+    ) as server:
+        assert server.uri.startswith("wss://")
+        untrusted = _run_client(server, host="wss://127.0.0.1")
+        done = _run_client(server, host="wss://127.0.0.1", ssl_cert_file=certs.ca_file)
+        plaintext = _run_client(server, host="ws://127.0.0.1", ssl_cert_file=certs.ca_file)
+        stats = server.stats()
+    assert untrusted.returncode != 0
+    assert "CERTIFICATE_VERIFY_FAILED" in untrusted.stderr
+    assert plaintext.returncode != 0
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    expected = expected_actions(policy, conform_observation(_observation(), policy.metadata.inputs))
+    for actions in result["actions"]:
+        np.testing.assert_array_equal(np.asarray(actions, dtype=np.float32), expected)
+    assert stats.num_replies == 2

@@ -92,7 +92,9 @@ class ArmoryServer:
 
     @property
     def uri(self) -> str:
-        return f"ws://{self.host}:{self.port}"
+        """Where robots reach the openpi door: ``wss://`` with the server's TLS pair."""
+        scheme = "wss" if self.config.tls else "ws"
+        return f"{scheme}://{self.host}:{self.port}"
 
     async def start(self) -> None:
         """Start the engine, then every door; a door that cannot bind stops the rest."""
@@ -222,9 +224,10 @@ def door_lines(server: ArmoryServer) -> list[str]:
     """One line per open front door: its protocol and where robots connect."""
     lines = []
     if server.transport is not None:
+        scheme = "https" if server.config.tls else "http"
         lines.append(
             f"openpi WebSocket on {server.uri} (health at "
-            f"http://{server.host}:{server.port}/healthz)"
+            f"{scheme}://{server.host}:{server.port}/healthz)"
         )
     for door in server.doors:
         describe = getattr(door, "describe", None)

@@ -85,6 +85,16 @@ class ServerConfig:
     # Timeouts
     close_timeout_s: float = 2.0
     """Seconds to wait for a robot's close handshake after an error."""
+    request_timeout_s: float = 30.0
+    """Longest a request waits for a batch to take it: one still waiting then is refused
+    with an error naming this option (its queue state put it behind everyone, e.g. a
+    huge ``actions_left``); one already in a batch gets its chunk."""
+    # Security
+    tls_cert_file: str | None = None
+    """PEM certificate (chain) of TLS on every door that supports it (openpi ``wss://``,
+    LeRobot gRPC); with ``tls_key_file``. None: plaintext (docs/security.md)."""
+    tls_key_file: str | None = None
+    """PEM private key of ``tls_cert_file``."""
     # Checks
     check_invariants: bool = True
     """Assert every batch's invariants (cheap)."""
@@ -113,7 +123,22 @@ class ServerConfig:
             )
         if not self.close_timeout_s > 0:
             raise ValueError(f"--server.close-timeout-s must be > 0, got {self.close_timeout_s}")
+        if not (self.request_timeout_s > 0 and math.isfinite(self.request_timeout_s)):
+            raise ValueError(
+                f"--server.request-timeout-s must be > 0, got {self.request_timeout_s}"
+            )
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            given = "cert" if self.tls_key_file is None else "key"
+            raise ValueError(
+                "--server.tls-cert-file and --server.tls-key-file go together: got only "
+                f"--server.tls-{given}-file"
+            )
         self.plain_defaults()  # checks the defaults
+
+    @property
+    def tls(self) -> bool:
+        """Whether a TLS certificate and key are set."""
+        return self.tls_cert_file is not None
 
     def plain_defaults(self) -> PlainClientDefaults:
         """The assumptions about plain openpi clients, as one object."""

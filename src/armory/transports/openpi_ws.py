@@ -35,6 +35,7 @@ from armory.transports.openpi_protocol import (
     encode_reply,
     metadata_map,
 )
+from armory.transports.tls import server_ssl_context
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +84,7 @@ class OpenpiWebSocketTransport(Transport):
             max_size=config.max_message_bytes,
             close_timeout=config.close_timeout_s,
             server_header="armory",
+            ssl=server_ssl_context(config),
         )
 
     async def stop(self) -> None:

@@ -17,6 +17,7 @@ from armory_client.client import DEFAULT_MAX_SIZE, DEFAULT_PORT, AsyncPolicyClie
 from armory_client.codec import packb, unpackb
 from armory_client.errors import (
     ArmoryClientError,
+    CertificateRejected,
     CodecError,
     ConnectionLost,
     ConnectTimeout,
@@ -81,6 +82,7 @@ __all__ = [
     "ActionQueue",
     "ArmoryClientError",
     "AsyncPolicyClient",
+    "CertificateRejected",
     "CodecError",
     "ConnectTimeout",
     "ConnectionLost",

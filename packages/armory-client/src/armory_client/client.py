@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -33,6 +34,7 @@ from armory_client import ordering
 from armory_client.codec import packb, unpackb
 from armory_client.errors import (
     ArmoryClientError,
+    CertificateRejected,
     ConnectionLost,
     ConnectTimeout,
     HandshakeRejected,
@@ -67,6 +69,7 @@ class _ClientBase:
         *,
         # Security
         api_key: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
         # Timeouts
         connect_timeout_s: float = 30.0,
         request_timeout_s: float = 5.0,
@@ -81,6 +84,10 @@ class _ClientBase:
 
         `host` may be a bare host (then ``ws://host:port``, port defaulting to 8000) or
         a full ``ws://``/``wss://`` URI (then `port`, if given, is appended).
+        `ssl_context` (a ``wss://`` URI only) decides which server certificates are
+        trusted, e.g. ``ssl.create_default_context(cafile="server.pem")`` for a
+        self-signed one; without it a ``wss://`` server must present a certificate the
+        system trusts (``SSL_CERT_FILE`` is honoured).
         """
         for name, value in [
             ("connect_timeout_s", connect_timeout_s),
@@ -94,6 +101,9 @@ class _ClientBase:
         if not isinstance(max_size, int) or max_size <= 0:
             raise ValueError(f"max_size must be a positive int (bytes), got {max_size!r}")
         self._uri = _build_uri(host, port)
+        if ssl_context is not None and not self._uri.startswith("wss://"):
+            raise ValueError(f"ssl_context needs a wss:// server URI, got {self._uri!r}")
+        self._ssl_context = ssl_context
         self._headers = {"Authorization": f"Api-Key {api_key}"} if api_key else None
         self._connect_timeout_s = connect_timeout_s
         self._request_timeout_s = request_timeout_s
@@ -126,13 +136,16 @@ class _ClientBase:
 
     def _connect_kwargs(self, open_timeout_s: float) -> dict[str, Any]:
         """Keyword arguments for websockets' `connect`, sync and asyncio alike."""
-        return {
+        kwargs: dict[str, Any] = {
             "additional_headers": self._headers,
             "compression": None,
             "max_size": self._max_size,
             "open_timeout": open_timeout_s,
             "close_timeout": self._close_timeout_s,
         }
+        if self._ssl_context is not None:
+            kwargs["ssl"] = self._ssl_context
+        return kwargs
 
     def _backoff_delays(self) -> Iterator[float]:
         """Sleep before each reconnect attempt: doubling up to the maximum, with jitter."""
@@ -145,6 +158,8 @@ class _ClientBase:
         """Raise at once for a connect failure that retrying cannot fix."""
         if isinstance(exc, InvalidStatus) and 400 <= exc.response.status_code < 500:
             raise HandshakeRejected(exc.response.status_code, self._uri) from exc
+        if isinstance(exc, ssl.SSLCertVerificationError):
+            raise CertificateRejected(self._uri, exc.verify_message or str(exc)) from exc
 
     def _connect_timeout(self, last_error: BaseException | None) -> ConnectTimeout:
         """The error for a spent connect budget, naming the last failure."""

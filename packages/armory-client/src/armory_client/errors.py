@@ -5,6 +5,7 @@ ArmoryClientError
 ├── ProtocolError       the server broke the openpi protocol (e.g. a reply not a map)
 ├── ServerError         the server answered with a text frame (its error message)
 ├── HandshakeRejected   the server refused the WebSocket upgrade (e.g. HTTP 401)
+├── CertificateRejected the server's TLS certificate failed verification
 ├── ConnectionLost      the connection closed while a request was in flight
 ├── ConnectTimeout      (also a TimeoutError) no usable connection within the budget
 └── RequestTimeout      (also a TimeoutError) no reply within the request timeout
@@ -42,6 +43,17 @@ class HandshakeRejected(ArmoryClientError):
         super().__init__(f"server at {uri} rejected the handshake: HTTP {status_code}{hint}")
         # HTTP status of the rejection.
         self.status_code = status_code
+
+
+class CertificateRejected(ArmoryClientError):
+    """The server's TLS certificate failed verification (not retried)."""
+
+    def __init__(self, uri: str, reason: str) -> None:
+        super().__init__(
+            f"the TLS certificate of {uri} is not trusted: {reason} (for a self-signed "
+            "certificate pass ssl_context=ssl.create_default_context(cafile=...) or set "
+            "SSL_CERT_FILE)"
+        )
 
 
 class ConnectionLost(ArmoryClientError):

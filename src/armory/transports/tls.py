@@ -1,0 +1,42 @@
+"""TLS for the front doors: the server's one certificate and key, checked and loaded.
+
+One pair (``--server.tls-cert-file``, ``--server.tls-key-file``) serves every door
+whose unmodified clients can speak TLS: the openpi WebSocket door (``wss://``) and
+the LeRobot gRPC door (gRPC server credentials). GR00T's ZeroMQ client has no TLS;
+docs/security.md says how to tunnel it.
+"""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+
+from armory.engine.config import ServerConfig
+
+
+def server_ssl_context(config: ServerConfig) -> ssl.SSLContext | None:
+    """Called when a door starts: a TLS server context holding the configured pair
+    (TLS 1.2 at least), or None when none is configured. A missing or unreadable
+    file, or a key that does not match the certificate, raises an OSError naming both."""
+    if config.tls_cert_file is None or config.tls_key_file is None:
+        return None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(config.tls_cert_file, config.tls_key_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise OSError(
+            f"cannot load the TLS certificate {config.tls_cert_file!r} with the key "
+            f"{config.tls_key_file!r} (--server.tls-cert-file, --server.tls-key-file): {exc}"
+        ) from None
+    return context
+
+
+def pem_key_pair(config: ServerConfig) -> tuple[bytes, bytes] | None:
+    """Called when the gRPC door starts: (private key, certificate chain) as PEM bytes for
+    ``grpc.ssl_server_credentials``, checked as :func:`server_ssl_context` checks them;
+    None when no pair is configured."""
+    if server_ssl_context(config) is None:
+        return None
+    assert config.tls_cert_file is not None and config.tls_key_file is not None
+    return Path(config.tls_key_file).read_bytes(), Path(config.tls_cert_file).read_bytes()
