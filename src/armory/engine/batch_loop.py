@@ -47,11 +47,12 @@ from armory.engine.errors import (
     Superseded,
 )
 from armory.engine.executor import BatchOutcome, Executor
+from armory.engine.fault_isolation import decide_isolating
 from armory.engine.latency_profile import LatencyProfile
-from armory.engine.queue_mirror import QueueMirror
+from armory.engine.queue_mirror import QueueMirror, check_limits, check_report
 from armory.engine.session import BATCH_SIZE_SMOOTHING, RequestPlan
 from armory.scheduling.base import Scheduler
-from armory.scheduling.snapshot import Batch, check_batch
+from armory.scheduling.snapshot import Batch, Snapshot, check_batch
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +64,11 @@ _MIN_WAIT_S = 0.001
 
 _DECISION_SMOOTHING = 0.2
 """Weight of the newest decision in the moving average of decision times."""
+
+_CULPRIT = (
+    "the scheduler failed on this robot's queue state, so this request was refused (the "
+    "other robots were served); send a new observation"
+)
 
 
 @dataclass(frozen=True)
@@ -105,6 +111,9 @@ class LoopStats:
     """Seconds spent in those calls (snapshot and check included)."""
     num_taken_back: int
     """Batches decided ahead and taken back because the batch before them overran."""
+    num_scheduler_faults: int = 0
+    """Decisions on which the scheduler raised (taken without the robot that caused it,
+    or by the safe rule)."""
 
     @property
     def mean_batch_size(self) -> float:
@@ -147,6 +156,7 @@ class _Counters:
     num_decisions: int = 0
     decision_s: float = 0.0
     num_taken_back: int = 0
+    num_scheduler_faults: int = 0
 
 
 class BatchLoop:
@@ -244,6 +254,11 @@ class BatchLoop:
         """
         if self._closing:
             raise ServerClosing("the server is shutting down")
+        try:  # before anything changes: no observation is ever half applied
+            check_limits(plan.limits)
+            check_report(plan.report)
+        except ValueError as exc:
+            raise QueueStateError(f"queue state out of range: {exc}") from None
         if not pipelined and (robot_id in self._waiting or self._inflight.get(robot_id)):
             raise QueueStateError(
                 "this connection sent a request before the reply to its previous one; send "
@@ -317,6 +332,7 @@ class BatchLoop:
             num_decisions=c.num_decisions,
             decision_s=c.decision_s,
             num_taken_back=c.num_taken_back,
+            num_scheduler_faults=c.num_scheduler_faults,
         )
 
     # ---- the loop ------------------------------------------------------
@@ -367,9 +383,7 @@ class BatchLoop:
         snapshot = self.mirror.snapshot(now_s, self.profile.table(max_batch), max_batch)
         if not snapshot.eligible.any():
             return None
-        batch = self.scheduler.schedule(snapshot)
-        if self.check_invariants:
-            check_batch(snapshot, batch)
+        batch = self._schedule(snapshot)
         decision_s = time.perf_counter() - started
         self._counters.num_decisions += 1
         self._counters.decision_s += decision_s
@@ -380,6 +394,33 @@ class BatchLoop:
             return max(batch.wait_until_s - now_s, _MIN_WAIT_S)
         self._dispatch(batch, now_s, decision_s, ahead=ahead)
         return None
+
+    def _schedule(self, snapshot: Snapshot) -> Batch:
+        """The scheduler's batch; when the scheduler raises, the batch taken without the
+        robot whose state made it fail (that robot's request is refused and its row
+        forgotten), or the safe rule's (:mod:`armory.engine.fault_isolation`)."""
+        try:
+            return self._schedule_checked(snapshot)
+        except Exception:
+            logger.exception("scheduling failed; looking for the robot whose state caused it")
+        isolated = decide_isolating(self._schedule_checked, snapshot)
+        self._counters.num_scheduler_faults += 1
+        for robot_id in isolated.culprits:
+            logger.warning("robot %d refused: the scheduler fails on its queue state", robot_id)
+            request = self._waiting.pop(robot_id, None)
+            if request is not None:
+                _fail(request.future, QueueStateError(_CULPRIT))
+            if robot_id in self.mirror:
+                self.mirror.remove(robot_id)
+        if self.check_invariants:
+            check_batch(snapshot, isolated.batch)
+        return isolated.batch
+
+    def _schedule_checked(self, snapshot: Snapshot) -> Batch:
+        batch = self.scheduler.schedule(snapshot)
+        if self.check_invariants:
+            check_batch(snapshot, batch)
+        return batch
 
     def _dispatch(self, batch: Batch, now_s: float, decision_s: float, *, ahead: bool) -> None:
         """Hand ``batch``, which starts at ``now_s``, to the worker: at once, or (``ahead``)
@@ -431,6 +472,9 @@ class BatchLoop:
             if request.future.done():  # the robot left
                 continue
             robot_id = request.robot_id
+            if robot_id not in self.mirror:  # refused meanwhile
+                _fail(request.future, QueueStateError(_CULPRIT))
+                continue
             self.mirror.undispatch(robot_id, request.chunk_start, request.land_s)
             if robot_id in self._waiting:
                 _fail(request.future, Superseded("a newer observation of the robot replaced it"))

@@ -10,6 +10,7 @@ RequestError
 ├── ObservationError    the observation does not match the policy's declared inputs
 ├── QueueStateError     the ``__armory__`` queue state is malformed or unservable
 ├── PolicyError         the policy failed on this observation (or returned a bad chunk)
+├── RequestTimeout      no batch took the request within the server's request timeout
 └── ServerClosing       the server stops before the request could be answered
 """
 
@@ -34,6 +35,10 @@ class QueueStateError(RequestError, ValueError):
 
 class PolicyError(RequestError):
     """The policy raised on this observation, or returned a chunk of the wrong shape."""
+
+
+class RequestTimeout(RequestError):
+    """No batch took the request within ``--server.request-timeout-s``; it was withdrawn."""
 
 
 class ServerClosing(RequestError):

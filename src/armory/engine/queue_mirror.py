@@ -17,9 +17,19 @@ a snapshot of a thousand robots costs a handful of vector operations.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
+from armory_client.queue_state import (
+    MAX_CONTROL_HZ,
+    MAX_DURATION_S,
+    MAX_EXECUTION_HORIZON,
+    MAX_INDEX,
+    MAX_WEIGHT,
+    MIN_CONTROL_HZ,
+    MIN_WEIGHT,
+)
 
 from armory.scheduling.snapshot import Snapshot
 
@@ -51,6 +61,41 @@ class QueueReport:
     """Actions queued at that moment."""
     chunk_start: int = NO_CHUNK
     """Start index of the chunk the robot is playing (NO_CHUNK before the first)."""
+
+
+def check_limits(limits: RobotLimits) -> None:
+    """Raise ValueError naming the first of ``limits`` outside its sane range (the ranges
+    of the wire, docs/protocol.md): called before the limits touch the mirror."""
+    _check_range("control_hz", limits.control_hz, MIN_CONTROL_HZ, MAX_CONTROL_HZ)
+    _check_range("weight", limits.weight, MIN_WEIGHT, MAX_WEIGHT)
+    _check_range("uplink_s", limits.uplink_s, 0.0, MAX_DURATION_S)
+    _check_range("downlink_s", limits.downlink_s, 0.0, MAX_DURATION_S)
+    _check_range("min_execution_horizon", limits.min_execution_horizon, 1, MAX_EXECUTION_HORIZON)
+    _check_range(
+        "max_execution_horizon",
+        limits.max_execution_horizon,
+        limits.min_execution_horizon,
+        MAX_EXECUTION_HORIZON,
+    )
+
+
+def check_report(report: QueueReport) -> None:
+    """Raise ValueError naming the first index of ``report`` outside ``[0, MAX_INDEX]``
+    (its chunk start in ``[-MAX_INDEX, MAX_INDEX]``, or NO_CHUNK): called before the report
+    touches the mirror, so that no observation is ever half applied."""
+    _check_range("action_index", report.action_index, 0, MAX_INDEX)
+    _check_range("actions_left", report.actions_left, 0, MAX_INDEX - report.action_index)
+    if report.chunk_start != NO_CHUNK:
+        _check_range("chunk_start", report.chunk_start, -MAX_INDEX, MAX_INDEX)
+
+
+def _check_range(name: str, value: float, low: float, high: float) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    if not low <= value <= high:
+        huge = isinstance(value, int) and abs(value) > MAX_INDEX
+        shown = f"an int of {value.bit_length()} bits" if huge else value
+        raise ValueError(f"{name} must be in [{low}, {high}], got {shown}")
 
 
 _FLOAT_COLUMNS = (
@@ -92,7 +137,9 @@ class QueueMirror:
     # ---- membership ----------------------------------------------------
 
     def add(self, robot_id: int, limits: RobotLimits, now_s: float) -> None:
-        """Called when a robot first contacts the server."""
+        """Called when a robot first contacts the server. Raises ValueError, changing
+        nothing, for limits outside their sane range."""
+        check_limits(limits)
         if robot_id in self._row_of:
             raise ValueError(f"robot {robot_id} is already connected")
         if self._num_rows == self._capacity:
@@ -140,8 +187,10 @@ class QueueMirror:
     def update_limits(self, robot_id: int, limits: RobotLimits) -> None:
         """Called when a connected robot declares new limits (or its link estimate moves).
 
-        The queue state is kept; the next event uses the new values.
+        The queue state is kept; the next event uses the new values. Raises ValueError,
+        changing nothing, for limits outside their sane range.
         """
+        check_limits(limits)
         row = self._row_of[robot_id]
         self.control_hz[row] = limits.control_hz
         self.weight[row] = limits.weight
@@ -163,7 +212,9 @@ class QueueMirror:
 
         Reports are ordered by (action index, chunk start): a starving robot keeps its
         index across a landing, and only the chunk start tells the later report apart.
+        Raises ValueError, changing nothing, for indices outside their sane range.
         """
+        check_report(report)
         row = self._row_of[robot_id]
         if self.has_obs[row] and (report.action_index, report.chunk_start) < (
             self.obs_index[row],

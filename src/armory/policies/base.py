@@ -249,6 +249,10 @@ def _check_value(key: str, value: Any, spec: InputSpec) -> None:
             f"observation input {key!r}: expected shape {_shape_text(spec.shape)}, "
             f"received {value.shape} ({received.name})"
         )
+    if received.kind == "f" and not np.isfinite(value).all():
+        raise ObservationError(
+            f"observation input {key!r}: holds NaN or inf values; every value must be finite"
+        )
 
 
 def _shape_text(shape: tuple[int | None, ...]) -> str:

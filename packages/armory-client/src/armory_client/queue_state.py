@@ -25,6 +25,24 @@ WIRE_VERSION = 1
 _VERSION_KEY = "version"
 _MAX_ROBOT_ID_CHARS = 256
 
+# Sane ranges of every number in the map (docs/protocol.md, "Sane ranges"): a value
+# outside them is refused before it reaches the server's shared state.
+MAX_INDEX = 2**53 - 1
+"""Largest action index, queue length, chunk start, episode id or step (float64 holds
+every integer up to it exactly)."""
+MIN_CONTROL_HZ = 0.01
+MAX_CONTROL_HZ = 10_000.0
+"""Control rates from one action per 100 s to 10 kHz."""
+MAX_EXECUTION_HORIZON = 65_536
+"""Most actions of one chunk a robot may execute."""
+MIN_WEIGHT = 1e-6
+MAX_WEIGHT = 1e6
+"""Priority weights span twelve orders of magnitude, no more."""
+MAX_DURATION_S = 3600.0
+"""Longest round trip or deferral delay, in seconds."""
+MIN_DEFER_AFTER_S = 0.001
+"""Shortest deferral delay: a robot cannot ask to be answered "deferred" at once."""
+
 
 @dataclasses.dataclass(frozen=True)
 class RobotState:
@@ -72,18 +90,23 @@ class RobotState:
             raise ValueError(f"RobotState.robot_id must be a non-empty str, got {self.robot_id!r}")
         if len(self.robot_id) > _MAX_ROBOT_ID_CHARS:
             raise ValueError(f"RobotState.robot_id is longer than {_MAX_ROBOT_ID_CHARS} chars")
-        self._set_int("action_index", minimum=0)
-        self._set_int("actions_left", minimum=0)
-        self._set_int("chunk_start", minimum=0, optional=True)
-        self._set_float("control_hz", positive=True)
-        self._set_int("min_execution_horizon", minimum=1)
-        self._set_int("max_execution_horizon", minimum=1)
-        self._set_int("episode_id", minimum=0)
-        self._set_int("observation_step", minimum=0)
-        self._set_float("round_trip_s", positive=False, optional=True)
-        self._set_int("round_trip_step", minimum=0, optional=True)
-        self._set_float("weight", positive=True)
-        self._set_float("defer_after_s", positive=True, optional=True)
+        self._set_int("action_index", 0, MAX_INDEX)
+        self._set_int("actions_left", 0, MAX_INDEX)
+        self._set_int("chunk_start", 0, MAX_INDEX, optional=True)
+        self._set_float("control_hz", MIN_CONTROL_HZ, MAX_CONTROL_HZ)
+        self._set_int("min_execution_horizon", 1, MAX_EXECUTION_HORIZON)
+        self._set_int("max_execution_horizon", 1, MAX_EXECUTION_HORIZON)
+        self._set_int("episode_id", 0, MAX_INDEX)
+        self._set_int("observation_step", 0, MAX_INDEX)
+        self._set_float("round_trip_s", 0.0, MAX_DURATION_S, optional=True)
+        self._set_int("round_trip_step", 0, MAX_INDEX, optional=True)
+        self._set_float("weight", MIN_WEIGHT, MAX_WEIGHT)
+        self._set_float("defer_after_s", MIN_DEFER_AFTER_S, MAX_DURATION_S, optional=True)
+        if self.action_index + self.actions_left > MAX_INDEX:
+            raise ValueError(
+                f"RobotState.action_index + actions_left must be <= {MAX_INDEX}, got "
+                f"{self.action_index} + {self.actions_left}"
+            )
         if not isinstance(self.pipelined, bool):
             raise ValueError(f"RobotState.pipelined must be a bool, got {self.pipelined!r}")
         if self.max_execution_horizon < self.min_execution_horizon:
@@ -119,29 +142,39 @@ class RobotState:
             raise ValueError(f"{ARMORY_KEY} lacks required fields {missing}")
         return cls(**fields)
 
-    def _set_int(self, name: str, *, minimum: int, optional: bool = False) -> None:
-        """Check field `name` is an int >= minimum (or None if optional); store it as int."""
+    def _set_int(self, name: str, low: int, high: int, *, optional: bool = False) -> None:
+        """Check field `name` is an int in [low, high] (or None if optional); store it as int."""
         value = getattr(self, name)
         if value is None and optional:
             return
         if not isinstance(value, numbers.Integral) or isinstance(value, bool):
-            raise ValueError(f"RobotState.{name} must be an int, got {value!r}")
-        if value < minimum:
-            raise ValueError(f"RobotState.{name} must be >= {minimum}, got {value}")
+            raise ValueError(f"RobotState.{name} must be an int, got {_short(value)}")
+        if not low <= value <= high:
+            raise ValueError(f"RobotState.{name} must be in [{low}, {high}], got {_short(value)}")
         object.__setattr__(self, name, int(value))
 
-    def _set_float(self, name: str, *, positive: bool, optional: bool = False) -> None:
-        """Check field `name` is a finite number, > 0 or >= 0; store it as float."""
+    def _set_float(self, name: str, low: float, high: float, *, optional: bool = False) -> None:
+        """Check field `name` is a number in [low, high] (or None if optional); store it as
+        float."""
         value = getattr(self, name)
         if value is None and optional:
             return
         if not isinstance(value, numbers.Real) or isinstance(value, bool):
-            raise ValueError(f"RobotState.{name} must be a number, got {value!r}")
-        value = float(value)
-        if not math.isfinite(value) or value < 0 or (positive and value == 0):
-            bound = "> 0" if positive else ">= 0"
-            raise ValueError(f"RobotState.{name} must be finite and {bound}, got {value}")
-        object.__setattr__(self, name, value)
+            raise ValueError(f"RobotState.{name} must be a number, got {_short(value)}")
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not (math.isfinite(number) and low <= number <= high):
+            raise ValueError(f"RobotState.{name} must be in [{low}, {high}], got {_short(value)}")
+        object.__setattr__(self, name, number)
+
+
+def _short(value: Any) -> str:
+    """A value for an error message, at most 40 characters (a huge int is not printed)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INDEX:
+        return f"an int of {value.bit_length()} bits"
+    return f"{value!r:.40}"
 
 
 def attach(obs: Mapping[str, Any], state: RobotState) -> dict[str, Any]:
