@@ -339,6 +339,44 @@ def test_threshold_sends_once_per_chunk_and_never_starves() -> None:
     assert summary.mean_round_trip_s == pytest.approx(2.5 * PERIOD_S)
 
 
+class ReconnectingClient(FakeClient):
+    """A FakeClient that counts its connections; its third request reconnects first,
+    which takes `reconnect_s` before the request is even sent."""
+
+    def __init__(self, clock: FakeClock, *, reconnect_s: float, **kwargs: Any) -> None:
+        super().__init__(clock, **kwargs)
+        self.reconnect_s = reconnect_s
+        self.num_connections = 0
+
+    async def connect(self) -> FakeClient:
+        self.num_connections += 1
+        return await super().connect()
+
+    async def infer(self, obs: dict[str, Any]) -> dict[str, Any]:
+        if len(self.requests) == 2:
+            await self.clock.wait_until(self.clock.now + self.reconnect_s)
+            self.num_connections += 1
+        return await super().infer(obs)
+
+
+def test_a_reconnect_is_not_a_round_trip() -> None:
+    """A request that waited 4.98 s for a reconnect teaches neither the round-trip
+    estimate nor the server (round_trip_s of later requests), nor the summary's mean;
+    its record says it reconnected."""
+    clock = FakeClock()
+    robot = FakeRobot(clock)
+    client = ReconnectingClient(clock, reconnect_s=4.98, delay_s=2.5 * PERIOD_S)
+    config = make_config(request_mode="threshold", duration_s=7.0)
+    runtime, summary = run_runtime(clock, robot, client, config)
+    assert runtime.round_trip.value_s == pytest.approx(2.5 * PERIOD_S)
+    reported = [r["round_trip_s"] for r in client.requests if r["round_trip_s"] is not None]
+    assert len(reported) > 10 and reported == pytest.approx([2.5 * PERIOD_S] * len(reported))
+    assert summary.mean_round_trip_s == pytest.approx(2.5 * PERIOD_S)
+    records = list(runtime.stats.requests)
+    assert [r.reconnected for r in records[:4]] == [False, False, True, False]
+    assert records[2].round_trip_s == pytest.approx(4.98 + 2.5 * PERIOD_S)
+
+
 def test_directed_sends_exactly_at_named_indices() -> None:
     """directed sends at the index the last reply named: 0, 7, 14, ... with an instant server."""
     clock = FakeClock()

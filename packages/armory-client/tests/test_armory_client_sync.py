@@ -146,6 +146,30 @@ def test_connect_timeout_when_nobody_listens() -> None:
     assert 0.35 < time.monotonic() - start_s < 2.0
 
 
+def test_infer_with_the_server_down_raises_within_the_request_timeout() -> None:
+    """With nobody listening, infer gives up after its request timeout (0.3 s), not
+    after the connect timeout (10 s), and says which budget it spent."""
+    client = PolicyClient(
+        port=free_port(), connect_timeout_s=10, request_timeout_s=0.3, initial_backoff_s=0.05
+    )
+    start_s = time.monotonic()
+    with pytest.raises(ConnectTimeout, match="request timeout"):
+        client.infer({"x": 1})
+    assert 0.25 < time.monotonic() - start_s < 2.0
+    assert client.num_connections == 0
+
+
+def test_reconnects_are_counted(fake_server) -> None:
+    """num_connections counts every connection opened: the first and each reconnect."""
+    server = fake_server(mode="once")
+    with PolicyClient(port=server.port) as client:
+        assert client.num_connections == 1
+        client.infer({"n": 1})
+        assert server.closed.wait(2)
+        client.infer({"n": 2})
+        assert client.num_connections == 2
+
+
 def test_connect_retries_until_server_starts(fake_server) -> None:
     """A server that comes up during the connect budget is reached by the retries."""
     port = free_port()

@@ -49,8 +49,8 @@ from armory_client.merge import (
     TemporalEnsemble,
     make_merge_rule,
     merge_chunk,
-    rtc_delay_ticks,
     nonfinite_rows,
+    rtc_delay_ticks,
     rtc_request,
 )
 from armory_client.queue_state import ARMORY_KEY, WIRE_VERSION, RobotState, attach, detach
@@ -128,9 +128,9 @@ __all__ = [
     "make_merge_rule",
     "make_request_mode",
     "merge_chunk",
+    "nonfinite_rows",
     "packb",
     "parse_reply",
-    "nonfinite_rows",
     "prepare_images",
     "resize_with_pad",
     "rtc_delay_ticks",

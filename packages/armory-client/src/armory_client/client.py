@@ -8,8 +8,11 @@ action map). A text frame from the server is an error message, after which it cl
 Both clients share everything but the I/O (`_ClientBase`): they retry the connection
 with exponential backoff and jitter until the connect timeout, bound every reply by
 a request timeout and a frame size, and reconnect once, transparently, when the
-connection was found closed before a request was sent. A request whose reply times
-out or fails closes the connection, so a late reply can never answer the next one.
+connection was found closed before a request was sent. `infer` returns or raises
+within its request timeout, reconnecting included: with the server down it raises
+`ConnectTimeout` after the request timeout, not the (longer) connect timeout. A
+request whose reply times out or fails closes the connection, so a late reply can
+never answer the next one.
 """
 
 from __future__ import annotations
@@ -114,6 +117,9 @@ class _ClientBase:
         self._rng = random.Random()
         self._metadata: dict[str, Any] | None = None
         self._last_round_trip_s: float | None = None
+        self.num_connections = 0
+        """Connections opened so far (each one after the first is a reconnect): a
+        request during which it grew waited for a connection, not only for its reply."""
         self._conn: Any = None
         self._lock = self._lock_factory()
 
@@ -161,12 +167,25 @@ class _ClientBase:
         if isinstance(exc, ssl.SSLCertVerificationError):
             raise CertificateRejected(self._uri, exc.verify_message or str(exc)) from exc
 
-    def _connect_timeout(self, last_error: BaseException | None) -> ConnectTimeout:
-        """The error for a spent connect budget, naming the last failure."""
+    def _connect_timeout(
+        self, last_error: BaseException | None, budget_s: float, budget: str
+    ) -> ConnectTimeout:
+        """The error for a spent connect budget (``budget`` names it), naming the last
+        failure."""
         cause = f"{type(last_error).__name__}: {last_error}" if last_error else "no attempt"
         return ConnectTimeout(
-            f"no connection to {self._uri} within {self._connect_timeout_s} s ({cause})"
+            f"no connection to {self._uri} within {budget_s} s ({budget}; {cause})"
         )
+
+    def _open_budget(self, deadline_s: float | None) -> tuple[float, str]:
+        """(seconds, name) a connect may take: the connect timeout, or what is left of a
+        request's when one is waiting (``deadline_s``, monotonic)."""
+        if deadline_s is None:
+            return self._connect_timeout_s, "the connect timeout"
+        left_s = max(deadline_s - time.monotonic(), 0.0)
+        if left_s < self._connect_timeout_s:
+            return left_s, "what was left of the request timeout"
+        return self._connect_timeout_s, "the connect timeout"
 
     def _request_timeout(self, timeout_s: float) -> RequestTimeout:
         """The error for a reply that did not come in time."""
@@ -213,12 +232,14 @@ class PolicyClient(_ClientBase):
         return self
 
     def infer(self, obs: Mapping[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
-        """Send one observation map and return the server's action map."""
+        """Send one observation map and return the server's action map, within
+        `timeout_s` (the request timeout by default) of the call, a reconnect included."""
         request = packb(obs)
         timeout_s = self._request_timeout_s if timeout_s is None else timeout_s
+        deadline_s = time.monotonic() + timeout_s
         with self._lock:
-            conn, start_s = self._send(request)
-            frame = self._recv(conn, timeout_s)
+            conn, start_s = self._send(request, deadline_s)
+            frame = self._recv(conn, timeout_s, deadline_s)
             try:
                 return self._accept_reply(frame, start_s)
             except ServerError:
@@ -241,18 +262,21 @@ class PolicyClient(_ClientBase):
     ) -> None:
         self.close()
 
-    def _send(self, request: bytes) -> tuple[websockets.sync.client.ClientConnection, float]:
-        """Send `request`, reconnecting once if the connection closed before it left.
+    def _send(
+        self, request: bytes, deadline_s: float
+    ) -> tuple[websockets.sync.client.ClientConnection, float]:
+        """Send `request`, reconnecting (by `deadline_s`) if there is no connection or
+        it closed before the request left.
 
         Returns the connection used and the monotonic time the sending started.
         """
-        conn = self._conn if self._conn is not None else self._open()
+        conn = self._conn if self._conn is not None else self._open(deadline_s)
         start_s = time.monotonic()
         try:
             conn.send(request)
         except ConnectionClosed:
             self._discard()
-            conn = self._open()
+            conn = self._open(deadline_s)
             start_s = time.monotonic()
             try:
                 conn.send(request)
@@ -261,11 +285,13 @@ class PolicyClient(_ClientBase):
                 raise self._connection_lost(exc) from exc
         return conn, start_s
 
-    def _recv(self, conn: websockets.sync.client.ClientConnection, timeout_s: float) -> Data:
-        """Wait for the reply frame; on any failure drop the connection (a late reply
-        must never answer the next request)."""
+    def _recv(
+        self, conn: websockets.sync.client.ClientConnection, timeout_s: float, deadline_s: float
+    ) -> Data:
+        """Wait for the reply frame until `deadline_s` (the end of `timeout_s`); on any
+        failure drop the connection (a late reply must never answer the next request)."""
         try:
-            return conn.recv(timeout=timeout_s)
+            return conn.recv(timeout=max(deadline_s - time.monotonic(), 0.0))
         except TimeoutError:
             self._discard()
             raise self._request_timeout(timeout_s) from None
@@ -276,9 +302,13 @@ class PolicyClient(_ClientBase):
             self._discard()
             raise
 
-    def _open(self) -> websockets.sync.client.ClientConnection:
-        """Connect, read the metadata frame and keep the connection; retry until the timeout."""
-        deadline_s = time.monotonic() + self._connect_timeout_s
+    def _open(
+        self, request_deadline_s: float | None = None
+    ) -> websockets.sync.client.ClientConnection:
+        """Connect, read the metadata frame and keep the connection; retry until the
+        connect timeout, or until `request_deadline_s` when a request waits."""
+        budget_s, budget = self._open_budget(request_deadline_s)
+        deadline_s = time.monotonic() + budget_s
         delays = self._backoff_delays()
         last_error: BaseException | None = None
         while (remaining_s := deadline_s - time.monotonic()) > 0:
@@ -304,9 +334,10 @@ class PolicyClient(_ClientBase):
                         stack.close()
                         raise
                     self._conn, self._exit_stack = conn, stack
+                    self.num_connections += 1
                     return conn
             time.sleep(min(next(delays), max(deadline_s - time.monotonic(), 0.0)))
-        raise self._connect_timeout(last_error)
+        raise self._connect_timeout(last_error, budget_s, budget)
 
     def _discard(self) -> None:
         """Close and forget the current connection."""
@@ -337,17 +368,18 @@ class AsyncPolicyClient(_ClientBase):
 
         Calls may overlap (pipelining, for a server that allows it: ``"pipelining": true``
         under ``"armory"`` in its metadata): each sends at once, and replies are read in
-        the order the requests were sent. The timeout counts from the send, the wait for
-        earlier replies included.
+        the order the requests were sent. The timeout (the request timeout by default)
+        counts from the call, a reconnect and the wait for earlier replies included.
         """
         request = packb(obs)
         timeout_s = self._request_timeout_s if timeout_s is None else timeout_s
+        deadline_s = time.monotonic() + timeout_s
         async with self._lock:
-            conn, start_s = await self._send(request)
+            conn, start_s = await self._send(request, deadline_s)
             earlier, turn = self._last_turn, asyncio.get_running_loop().create_future()
             self._last_turn = turn
         try:
-            frame = await self._recv(conn, timeout_s, after=earlier)
+            frame = await self._recv(conn, timeout_s, deadline_s, after=earlier)
         finally:
             turn.set_result(None)
         try:
@@ -373,19 +405,20 @@ class AsyncPolicyClient(_ClientBase):
         await self.close()
 
     async def _send(
-        self, request: bytes
+        self, request: bytes, deadline_s: float
     ) -> tuple[websockets.asyncio.client.ClientConnection, float]:
-        """Send `request`, reconnecting once if the connection closed before it left.
+        """Send `request`, reconnecting (by `deadline_s`) if there is no connection or
+        it closed before the request left.
 
         Returns the connection used and the monotonic time the sending started.
         """
-        conn = self._conn if self._conn is not None else await self._open()
+        conn = self._conn if self._conn is not None else await self._open(deadline_s)
         start_s = time.monotonic()
         try:
             await conn.send(request)
         except ConnectionClosed:
             await self._discard()
-            conn = await self._open()
+            conn = await self._open(deadline_s)
             start_s = time.monotonic()
             try:
                 await conn.send(request)
@@ -398,14 +431,15 @@ class AsyncPolicyClient(_ClientBase):
         self,
         conn: websockets.asyncio.client.ClientConnection,
         timeout_s: float,
+        deadline_s: float,
         *,
         after: asyncio.Future[None] | None,
     ) -> Data:
-        """Wait for the reply frame, once the request sent before (``after``) has read
-        its own; on any failure drop the connection (a late reply must never answer
-        the next request)."""
+        """Wait for the reply frame until `deadline_s` (the end of `timeout_s`), once the
+        request sent before (``after``) has read its own; on any failure drop the
+        connection (a late reply must never answer the next request)."""
         try:
-            async with asyncio.timeout(timeout_s):
+            async with asyncio.timeout(max(deadline_s - time.monotonic(), 0.0)):
                 await ordering.after(after)
                 return await conn.recv()
         except TimeoutError:
@@ -421,9 +455,13 @@ class AsyncPolicyClient(_ClientBase):
             conn.transport.abort()
             raise
 
-    async def _open(self) -> websockets.asyncio.client.ClientConnection:
-        """Connect, read the metadata frame and keep the connection; retry until the timeout."""
-        deadline_s = time.monotonic() + self._connect_timeout_s
+    async def _open(
+        self, request_deadline_s: float | None = None
+    ) -> websockets.asyncio.client.ClientConnection:
+        """Connect, read the metadata frame and keep the connection; retry until the
+        connect timeout, or until `request_deadline_s` when a request waits."""
+        budget_s, budget = self._open_budget(request_deadline_s)
+        deadline_s = time.monotonic() + budget_s
         delays = self._backoff_delays()
         last_error: BaseException | None = None
         while (remaining_s := deadline_s - time.monotonic()) > 0:
@@ -448,9 +486,10 @@ class AsyncPolicyClient(_ClientBase):
                         await conn.close()
                         raise
                     self._conn = conn
+                    self.num_connections += 1
                     return conn
             await asyncio.sleep(min(next(delays), max(deadline_s - time.monotonic(), 0.0)))
-        raise self._connect_timeout(last_error)
+        raise self._connect_timeout(last_error, budget_s, budget)
 
     async def _discard(
         self, conn: websockets.asyncio.client.ClientConnection | None = None

@@ -175,7 +175,9 @@ class InferClient(Protocol):
         ...
 
     async def infer(self, obs: Mapping[str, Any]) -> dict[str, Any]:
-        """Called from a background task for each observation sent; returns the reply map."""
+        """Called from a background task for each observation sent; returns the reply map.
+        A client that counts the connections it opens (``num_connections``, an int) lets
+        the runtime leave round trips that waited for a reconnect out of its estimate."""
         ...
 
     async def close(self) -> None:
@@ -484,12 +486,17 @@ class RobotRuntime:
             sent_s=sent_s,
         )
         start_s = self._clock()
+        num_connections = self._num_connections()
         round_trip_s: float | None = None
+        reconnected = False
         try:
             reply = await self._client.infer(payload)
             round_trip_s = self._clock() - start_s
+            # A (re)connect meanwhile is not part of the link's round trip: the sample
+            # neither teaches the estimate nor is reported to the server.
+            reconnected = self._num_connections() != num_connections
             actions, reply_state = parse_reply(reply, sent_index=sent.action_index)
-            if not reply_state.deferred:
+            if not reply_state.deferred and not reconnected:
                 self.round_trip.update(round_trip_s)
                 if sent.episode_id == self.episode_id:
                     self._measured = (sent.observation_step, round_trip_s)
@@ -498,6 +505,7 @@ class RobotRuntime:
         except ArmoryClientError as exc:
             self._on_error(exc)
             return record(
+                reconnected=reconnected,
                 round_trip_s=round_trip_s,
                 outcome="error",
                 actions_gained=0,
@@ -506,10 +514,11 @@ class RobotRuntime:
         if self._consecutive_errors:
             logger.info("%s: requests succeed again", self.config.robot_id)
             self._consecutive_errors = 0
+        record = functools.partial(record, round_trip_s=round_trip_s, reconnected=reconnected)
         if reply_state.deferred:
-            return record(round_trip_s=round_trip_s, outcome="deferred", actions_gained=0)
+            return record(outcome="deferred", actions_gained=0)
         outcome, gained = self._land(actions, reply_state, sent)
-        return record(round_trip_s=round_trip_s, outcome=outcome, actions_gained=gained)
+        return record(outcome=outcome, actions_gained=gained)
 
     def _land(self, actions: np.ndarray, reply: ReplyState, sent: RobotState) -> tuple[str, int]:
         """Apply a chunk answering the observation `sent`; returns (outcome, actions gained)."""
@@ -541,6 +550,12 @@ class RobotRuntime:
         # Ticks replace the waiting observation and only ticks move the index.
         assert action_index == self.queue.action_index, (action_index, self.queue.action_index)
         self._send(obs)
+
+    def _num_connections(self) -> int:
+        """Connections the client has opened (`AsyncPolicyClient.num_connections`; 0
+        for a client that does not count them)."""
+        count = getattr(self._client, "num_connections", 0)
+        return count if isinstance(count, int) else 0
 
     def _server_metadata(self) -> Mapping[str, Any]:
         """The metadata the server sent (empty when the client has none, e.g. a test

@@ -50,6 +50,9 @@ class RequestRecord:
     """The error message when `outcome` is ``error``."""
     sent_s: float | None = None
     """Seconds from the run's first tick to sending the observation (None if unknown)."""
+    reconnected: bool = False
+    """The client opened a connection while the request waited: its `round_trip_s`
+    includes the connect, so it is kept out of the estimate and the mean."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +87,7 @@ class RuntimeSummary:
     bytes_sent: int
     bytes_sent_per_s: float
     mean_round_trip_s: float | None
-    """Mean over answered requests; None when none was answered."""
+    """Mean over answered requests that waited for no reconnect; None when none was."""
 
 
 class RuntimeStats:
@@ -121,7 +124,7 @@ class RuntimeStats:
         if record.outcome == "deferred":
             # Held on purpose: not a round trip of the link and the policy.
             self.num_deferred_replies += 1
-        elif record.round_trip_s is not None:
+        elif record.round_trip_s is not None and not record.reconnected:
             self.num_round_trips += 1
             self.round_trip_sum_s += record.round_trip_s
         if record.outcome == "error":
