@@ -371,6 +371,38 @@ def test_temporal_ensemble_default_decay_is_act() -> None:
     assert state.queued.actions[0, 0] == pytest.approx((1 + 101 * w) / (1 + w), rel=1e-6)
 
 
+def test_temporal_ensemble_keeps_every_prediction_of_long_chunks() -> None:
+    """Chunks of 120 rows, one per tick, all played (E = 120): each queued index is the
+    exp(-m i)-weighted average of every chunk covering it (up to 120), as ACT keeps;
+    max_predictions, when given, keeps only the newest."""
+    rows, decay = 120, 0.01
+    rng = np.random.default_rng(3)
+    chunks = rng.normal(size=(rows + 10, rows, 1)).astype(np.float32)
+    for max_predictions in (None, 100):
+        rule = TemporalEnsemble(decay=decay, max_predictions=max_predictions)
+        state = QueueState()
+        for t in range(len(chunks)):
+            state = merge_chunk(rule, state, chunks[t], t, max_execution_horizon=rows).state
+            if t < len(chunks) - 1:
+                state = state.popped(1)
+        t = len(chunks) - 1
+        # The queued index t + j was predicted by the chunks from t + j - rows + 1 .. t.
+        for j in (0, 5, rows - 1):
+            index = t + j
+            starts = range(max(0, index - rows + 1), t + 1)
+            predictions = [float(chunks[s][index - s, 0]) for s in starts]
+            if max_predictions is not None:
+                predictions = predictions[-max_predictions:]
+            weights = np.exp(-decay * np.arange(len(predictions)))
+            expected = float(np.dot(weights, predictions) / weights.sum())
+            assert state.queued.actions[j, 0] == pytest.approx(expected, abs=1e-6), (
+                j,
+                max_predictions,
+            )
+    with pytest.raises(ValueError, match="max_predictions"):
+        TemporalEnsemble(max_predictions=0)
+
+
 def test_temporal_ensemble_out_of_order_chunk_takes_its_place() -> None:
     """Chunks from 0, 2, then a late one from 1: the queue equals the in-order result,
     and neither grows nor shrinks."""

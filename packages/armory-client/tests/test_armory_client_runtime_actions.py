@@ -95,6 +95,21 @@ def test_merge_rule_defaults_to_replace_and_unknown_names_list_the_valid_ones() 
         make_config(merge_rule="blend")
 
 
+def test_merge_options_configure_the_rule() -> None:
+    """RuntimeConfig.merge_options reach the runtime's rule; an option the rule does not
+    take, or a bad value, is refused when the config is made."""
+    config = make_config(
+        merge_rule="temporal_ensemble", merge_options={"decay": 0.05, "max_predictions": 200}
+    )
+    runtime = RobotRuntime(FakeRobot(FakeClock()), FakeClient(FakeClock()), config)
+    rule = runtime.queue.merge_rule
+    assert (rule.name, rule.decay, rule.max_predictions) == ("temporal_ensemble", 0.05, 200)
+    with pytest.raises(ValueError, match=r"merge rule 'replace': bad options \['decay'\]"):
+        make_config(merge_options={"decay": 0.05})
+    with pytest.raises(ValueError, match="decay must be a finite number"):
+        make_config(merge_rule="temporal_ensemble", merge_options={"decay": -1.0})
+
+
 def test_action_queue_blends_with_the_named_rule() -> None:
     """weighted_average: 0.3 old + 0.7 new on the overlap, the new rows after it."""
     queue = ActionQueue(max_execution_horizon=4, merge_rule="weighted_average")

@@ -45,11 +45,15 @@ Rules, by name (`MERGE_RULES`, `make_merge_rule`):
 `temporal_ensemble` (ACT): for each index it keeps every chunk's prediction
 (oldest first by chunk start; a chunk with the same start as an earlier one
 replaces that one's prediction) and queues their average weighted
-``exp(-m * i)``, i = 0 for the oldest, m = `decay` (0.01 by default). The history
-holds queued indices only, at most `max_predictions` per index (the oldest are
-forgotten first). An out-of-order chunk is not dropped: its predictions take their
-place by start (so their weight is that of an older prediction) and the queued
-indices it covers are recomputed; the queue neither grows nor shrinks.
+``exp(-m * i)``, i = 0 for the oldest, m = `decay` (0.01, ACT's
+``temporal_ensemble_coeff``, by default). The history holds queued indices only;
+each index has at most one prediction per chunk start that covers it, so at most
+`max_execution_horizon` (ACT's ``chunk_size`` when every chunk is played whole), as
+ACT keeps; `max_predictions` may bound it lower (the oldest are forgotten first).
+An out-of-order chunk is not dropped: its predictions take their place by start
+(so their weight is that of an older prediction) and the queued indices it covers
+are recomputed; the queue neither grows nor shrinks. Rules take their parameters
+from `make_merge_rule`'s options (`RuntimeConfig.merge_options`).
 
 **Real-time chunking (`rtc`).** The robot keeps playing while a request is in
 flight, so the d actions it executes before the reply lands cannot come from the
@@ -395,15 +399,21 @@ class TemporalEnsemble(MergeRule):
 
     name = "temporal_ensemble"
 
-    def __init__(self, *, decay: float = 0.01, max_predictions: int = 100) -> None:
-        if not (isinstance(decay, int | float) and math.isfinite(decay) and decay >= 0):
+    def __init__(self, *, decay: float = 0.01, max_predictions: int | None = None) -> None:
+        if not (
+            isinstance(decay, int | float)
+            and not isinstance(decay, bool)
+            and math.isfinite(decay)
+            and decay >= 0
+        ):
             raise ValueError(f"decay must be a finite number >= 0, got {decay!r}")
-        if _check_index("max_predictions", max_predictions) < 1:
-            raise ValueError("max_predictions must be >= 1, got 0")
+        if max_predictions is not None and _check_index("max_predictions", max_predictions) < 1:
+            raise ValueError("max_predictions must be >= 1 (or None), got 0")
         # m in exp(-m i): 0 weighs every prediction alike, larger favours older ones.
         self.decay = float(decay)
-        # Most predictions kept per index; the oldest are forgotten first.
-        self.max_predictions = int(max_predictions)
+        # Most predictions kept per index (the oldest are forgotten first); None: one per
+        # chunk start covering the index, as ACT keeps.
+        self.max_predictions = None if max_predictions is None else int(max_predictions)
         self._episode_id: int | None = None
         # index -> [(chunk start, prediction)], oldest start first.
         self._history: dict[int, list[tuple[int, np.ndarray]]] = {}
@@ -449,7 +459,8 @@ class TemporalEnsemble(MergeRule):
             predictions[at] = entry
         else:
             predictions.insert(at, entry)
-        del predictions[: max(0, len(predictions) - self.max_predictions)]
+        if self.max_predictions is not None:
+            del predictions[: max(0, len(predictions) - self.max_predictions)]
 
     def _ensemble(self, index: int) -> np.ndarray:
         """The weighted average of the predictions for `index`, oldest weighted most."""

@@ -105,6 +105,10 @@ class RuntimeConfig:
     # Actions
     merge_rule: str = "replace"
     """How a landing chunk joins the queued actions, by name (`merge.MERGE_RULES`)."""
+    merge_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """The rule's parameters by name, e.g. ``{"decay": 0.05}`` for ``temporal_ensemble``
+    (ACT's ``temporal_ensemble_coeff``) or ``{"max_pending": 4}`` for ``rtc``; an option
+    the rule does not take is refused."""
     rtc_margin_ticks: int = 1
     """``rtc``: actions frozen beyond the measured round trip (``ceil(rtt * hz)``), so a
     reply that lands a little late still joins the frozen prefix without a seam."""
@@ -135,7 +139,9 @@ class RuntimeConfig:
             raise ValueError(f"duration_s must be finite and > 0 (or None), got {self.duration_s}")
         if not isinstance(self.history_len, int) or self.history_len < 0:
             raise ValueError(f"history_len must be an int >= 0, got {self.history_len!r}")
-        make_merge_rule(self.merge_rule)
+        if not isinstance(self.merge_options, Mapping):
+            raise ValueError(f"merge_options must be a map, got {self.merge_options!r}")
+        make_merge_rule(self.merge_rule, **self.merge_options)
         if (
             not isinstance(self.rtc_margin_ticks, int)
             or isinstance(self.rtc_margin_ticks, bool)
@@ -204,7 +210,7 @@ class RobotRuntime:
         self.queue = ActionQueue(
             max_execution_horizon=config.max_execution_horizon,
             min_execution_horizon=config.min_execution_horizon,
-            merge_rule=config.merge_rule,
+            merge_rule=make_merge_rule(config.merge_rule, **config.merge_options),
         )
         self.safety = SafetyLayer(config.safety, on_stop=on_safety_stop)
         """Checks every action before `Robot.send_action` (`on_safety_stop` is told once
