@@ -191,7 +191,8 @@ class Serve:
     """Port of the openpi WebSocket door (and of GET /healthz); 0 picks a free one, None
     keeps that door closed."""
     api_key: str | None = None
-    """Require 'Authorization: Api-Key <key>' (default: $ARMORY_API_KEY if set)."""
+    """Require 'Authorization: Api-Key <key>' on the openpi door, and as gRPC metadata on the
+    LeRobot door outside --lerobot.allowed-networks (default: $ARMORY_API_KEY if set)."""
     seed: int = 0
     """Seeds schedulers that draw random numbers."""
     log_level: str = "INFO"
@@ -208,11 +209,12 @@ class Serve:
         with _usage_errors():
             if self.port is not None and not 0 <= self.port <= 65535:
                 raise ValueError(f"--port must be in 0..65535, got {self.port}")
+            api_key = self.api_key or os.environ.get(API_KEY_ENV) or None
             doors = []
             if self.groot.port is not None:
                 doors.append(self.groot.door(self.host, on_kill=lambda: server.request_stop()))
             if self.lerobot.port is not None:
-                doors.append(self.lerobot.door(self.host))
+                doors.append(self.lerobot.door(self.host, api_key=api_key))
             if self.port is None and not doors:
                 raise ValueError("every door is closed: give --port or another door's port")
             _check_seed(self.seed)
@@ -240,7 +242,7 @@ class Serve:
             self.server,
             host=self.host,
             port=self.port,
-            api_key=self.api_key or os.environ.get(API_KEY_ENV) or None,
+            api_key=api_key,
             scheduler=scheduler,
             doors=doors,
         )

@@ -88,17 +88,30 @@ def raw_observation(
 class AsyncInferenceClient:
     """LeRobot's four calls over one channel of its own (one robot: one gRPC peer)."""
 
-    def __init__(self, port: int, *, timeout_s: float = 10.0) -> None:
-        self.channel = grpc.insecure_channel(
-            f"127.0.0.1:{port}",
-            options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                # Its own connection: channels of one process otherwise share one, and the
-                # door tells robots apart by their connection (gRPC peer).
-                ("grpc.use_local_subchannel_pool", 1),
-            ],
-        )
+    def __init__(
+        self,
+        port: int,
+        *,
+        timeout_s: float = 10.0,
+        api_key: str | None = None,
+        root_certificates: bytes | None = None,
+    ) -> None:
+        """``api_key`` goes in every call's metadata (LeRobot's own client sends none);
+        ``root_certificates`` (PEM) opens a TLS channel trusting them."""
+        target = f"127.0.0.1:{port}"
+        options = [
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            # Its own connection: channels of one process otherwise share one, and the
+            # door tells robots apart by their connection (gRPC peer).
+            ("grpc.use_local_subchannel_pool", 1),
+        ]
+        if root_certificates is None:
+            self.channel = grpc.insecure_channel(target, options=options)
+        else:
+            credentials = grpc.ssl_channel_credentials(root_certificates=root_certificates)
+            self.channel = grpc.secure_channel(target, credentials, options=options)
+        self.metadata = None if api_key is None else (("authorization", f"Api-Key {api_key}"),)
         self.timeout_s = timeout_s
         service = "/transport.AsyncInference/"
         empty = pb.Empty.SerializeToString
@@ -122,10 +135,12 @@ class AsyncInferenceClient:
         )
 
     def ready(self) -> None:
-        self._ready(pb.Empty(), timeout=self.timeout_s)
+        self._ready(pb.Empty(), timeout=self.timeout_s, metadata=self.metadata)
 
     def send_instructions(self, payload: bytes) -> None:
-        self._instructions(pb.PolicySetup(data=payload), timeout=self.timeout_s)
+        self._instructions(
+            pb.PolicySetup(data=payload), timeout=self.timeout_s, metadata=self.metadata
+        )
 
     def send_payload(self, payload: bytes, chunk_bytes: int | None = None) -> None:
         """Stream ``payload`` as upstream does (BEGIN/MIDDLE/END, 2 MiB chunks)."""
@@ -133,20 +148,21 @@ class AsyncInferenceClient:
             split_payload(payload) if chunk_bytes is None else split_payload(payload, chunk_bytes)
         )
         messages = [pb.Observation(transfer_state=s, data=d) for s, d in pieces]
-        self._observations(iter(messages), timeout=self.timeout_s)
+        self._observations(iter(messages), timeout=self.timeout_s, metadata=self.metadata)
 
     def send_messages(self, messages: list[tuple[int, bytes]]) -> None:
         """Stream raw (transfer_state, data) messages (for malformed streams)."""
         self._observations(
             iter([pb.Observation(transfer_state=s, data=d) for s, d in messages]),
             timeout=self.timeout_s,
+            metadata=self.metadata,
         )
 
     def send_observation(self, obs: TimedObservation) -> None:
         self.send_payload(pickle.dumps(obs))
 
     def get_actions(self) -> bytes:
-        return self._actions(pb.Empty(), timeout=self.timeout_s).data
+        return self._actions(pb.Empty(), timeout=self.timeout_s, metadata=self.metadata).data
 
     def close(self) -> None:
         self.channel.close()

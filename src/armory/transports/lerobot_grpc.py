@@ -11,6 +11,12 @@ empty when none is ready). See docs/lerobot.md.
   connection): each gets its own engine session, opened by ``Ready`` (or by its first
   call) and closed when it calls ``Ready`` again, when the server stops, or after
   ``session_timeout_s`` without a call.
+- **Access**: with the server's API key, every call must carry the gRPC metadata
+  ``authorization: Api-Key <key>``, unless it comes from a network in
+  ``allowed_networks`` (LeRobot's client cannot send metadata); checked before anything
+  of the call is read (:mod:`armory.transports.grpc_access`). With the server's TLS pair
+  the door serves TLS only (LeRobot's client cannot: ``tls`` off, and tunnel it).
+  See docs/security.md.
 - **Pickle** payloads are refused unless the operator turns on
   ``allow_unsafe_pickle_on_untrusted_networks``; even then only the allowlisting
   unpickler (:mod:`armory.transports.safe_unpickle`) reads them.
@@ -27,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +50,7 @@ from armory.engine.server_engine import Reply, ServerEngine
 from armory.engine.session import Session
 from armory.policies.base import conform_observation
 from armory.transports.base import Transport
+from armory.transports.grpc_access import CallAccess, parse_networks
 from armory.transports.lerobot_protocol import (
     DEFAULT_PORT,
     MAX_MESSAGE_BYTES,
@@ -60,6 +67,7 @@ from armory.transports.lerobot_protocol import (
     map_observation,
     resolve_mapping,
 )
+from armory.transports.tls import pem_key_pair
 
 try:
     import grpc
@@ -100,6 +108,12 @@ class LeRobotDoorConfig:
     allow_unsafe_pickle_on_untrusted_networks: bool = False
     """Accept LeRobot's pickle payloads (through the allowlisting unpickler). Off: every
     pickle is refused with FAILED_PRECONDITION. Pickle from an untrusted network is unsafe."""
+    allowed_networks: tuple[str, ...] = ()
+    """Networks (CIDR, e.g. 10.0.0.0/24; an address is one host) whose calls need no API
+    key: LeRobot's RobotClient cannot send one. Other calls need the server's key."""
+    tls: bool = True
+    """Serve TLS with the server's pair (--server.tls-cert-file) when one is set. LeRobot's
+    RobotClient opens only plaintext channels: --lerobot.no-tls serves it (tunnel the door)."""
     # Robots
     default_control_hz: float = 30.0
     """A robot's control rate until measured from its observations (LeRobot's default fps)."""
@@ -138,17 +152,23 @@ class LeRobotDoorConfig:
             raise ValueError(
                 f"--lerobot.max-payload-bytes must be >= 1024, got {self.max_payload_bytes}"
             )
+        parse_networks(self.allowed_networks, option="--lerobot.allowed-networks")
 
     @property
     def is_open(self) -> bool:
         """Whether a port is set (the door is served)."""
         return self.port is not None
 
-    def door(self, host: str) -> Callable[[ServerEngine], Transport]:
-        """The factory ``ArmoryServer(doors=[...])`` takes; raises if the door is closed."""
+    def door(
+        self, host: str, *, api_key: str | None = None
+    ) -> Callable[[ServerEngine], Transport]:
+        """The factory ``ArmoryServer(doors=[...])`` takes; raises if the door is closed.
+        ``api_key``: the server's key, required of calls from outside ``allowed_networks``."""
         if self.port is None:
             raise ValueError("the LeRobot door is closed: set --lerobot.port (LeRobot uses 8080)")
-        return lambda engine: LeRobotGrpcTransport(engine, host=host, config=self)
+        return lambda engine: LeRobotGrpcTransport(
+            engine, host=host, config=self, api_key=api_key
+        )
 
 
 @dataclass(frozen=True)
@@ -223,8 +243,12 @@ class LeRobotGrpcTransport(Transport):
         *,
         host: str = "127.0.0.1",
         config: LeRobotDoorConfig | None = None,
+        # Security
+        api_key: str | None = None,
     ) -> None:
-        """Nothing is bound until :meth:`start`; ``config.port`` 0 picks a free port."""
+        """Nothing is bound until :meth:`start`; ``config.port`` 0 picks a free port.
+        With ``api_key`` every call needs it in its metadata, unless it comes from one of
+        ``config.allowed_networks``."""
         if _GRPC_IMPORT_ERROR is not None:
             raise ImportError(
                 "the LeRobot door needs grpcio and protobuf: pip install 'armory[lerobot]' "
@@ -233,6 +257,13 @@ class LeRobotGrpcTransport(Transport):
         self.engine = engine
         self.host = host
         self.config = config or LeRobotDoorConfig(port=DEFAULT_PORT)
+        self.access = CallAccess(
+            api_key=api_key or None,
+            networks=parse_networks(
+                self.config.allowed_networks, option="--lerobot.allowed-networks"
+            ),
+        )
+        self._tls = self.config.tls and engine.config.tls
         self._server: grpc.aio.Server | None = None
         self._port: int | None = None
         self._robots: dict[str, _Robot] = {}
@@ -252,7 +283,18 @@ class LeRobotGrpcTransport(Transport):
             if self.config.allow_unsafe_pickle_on_untrusted_networks
             else f"pickle payloads refused until {UNSAFE_PICKLE_OPTION} is on"
         )
-        return f"LeRobot gRPC ({SERVICE}) on {_address(self.host, self.port)}; {pickle}"
+        if self.access.is_open:
+            access = "no API key (every caller is served)"
+        elif self.access.networks and self.access.api_key:
+            access = "API key required outside the allowed networks"
+        elif self.access.networks:
+            access = "only the allowed networks are served"
+        else:
+            access = "API key required"
+        return (
+            f"LeRobot gRPC ({SERVICE}) on {_address(self.host, self.port)} "
+            f"({'TLS' if self._tls else 'plaintext'}); {access}; {pickle}"
+        )
 
     async def start(self) -> None:
         server = grpc.aio.server(
@@ -264,8 +306,12 @@ class LeRobotGrpcTransport(Transport):
         )
         server.add_generic_rpc_handlers((self._handlers(),))
         address = _address(self.host, self.config.port or 0)
+        key_pair = pem_key_pair(self.engine.config) if self._tls else None
         try:
-            port = server.add_insecure_port(address)
+            if key_pair is None:
+                port = server.add_insecure_port(address)
+            else:
+                port = server.add_secure_port(address, grpc.ssl_server_credentials([key_pair]))
         except RuntimeError as exc:
             raise OSError(f"LeRobot door: cannot listen on {address}: {exc}") from None
         if port == 0:
@@ -296,31 +342,43 @@ class LeRobotGrpcTransport(Transport):
     def _handlers(self) -> grpc.GenericRpcHandler:
         empty, actions = pb.Empty, pb.Actions
         unary = grpc.unary_unary_rpc_method_handler
+        guarded = self._guarded
         return grpc.method_handlers_generic_handler(
             SERVICE,
             {
                 "Ready": unary(
-                    self._ready,
+                    guarded(self._ready),
                     request_deserializer=empty.FromString,
                     response_serializer=empty.SerializeToString,
                 ),
                 "SendPolicyInstructions": unary(
-                    self._instructions,
+                    guarded(self._instructions),
                     request_deserializer=pb.PolicySetup.FromString,
                     response_serializer=empty.SerializeToString,
                 ),
                 "SendObservations": grpc.stream_unary_rpc_method_handler(
-                    self._observations,
+                    guarded(self._observations),
                     request_deserializer=pb.Observation.FromString,
                     response_serializer=empty.SerializeToString,
                 ),
                 "GetActions": unary(
-                    self._get_actions,
+                    guarded(self._get_actions),
                     request_deserializer=empty.FromString,
                     response_serializer=actions.SerializeToString,
                 ),
             },
         )
+
+    def _guarded(self, behavior: _Behavior) -> _Behavior:
+        """``behavior`` behind the access check: a call without the key, from outside
+        the allowed networks, fails UNAUTHENTICATED before any of it is read."""
+
+        async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            if not self.access.allows(context.invocation_metadata(), context.peer()):
+                await self._abort(context, grpc.StatusCode.UNAUTHENTICATED, self.access.refusal())
+            return await behavior(request, context)
+
+        return call
 
     async def _ready(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         """A robot says hello: it starts afresh (a session it had is closed)."""
@@ -376,14 +434,15 @@ class LeRobotGrpcTransport(Transport):
                     "after Ready, on the same channel",
                 )
             try:
-                obs = decode_observation(payload)
+                # Off the event loop: the unpickler's scan and build are bounded, not free.
+                obs = await asyncio.to_thread(decode_observation, payload)
                 inputs = map_observation(obs.observation, robot.mapping)
                 inputs = conform_observation(inputs, self.engine.metadata.inputs)
+                report = robot.estimator.observe(obs, received_s)
             except ValueError as exc:
                 await self._abort(
                     context, grpc.StatusCode.INVALID_ARGUMENT, f"refused the observation: {exc}"
                 )
-            report = robot.estimator.observe(obs)
             if robot.held is not None:
                 robot.num_replaced += 1
             robot.held = _Pending(inputs, report, obs.timestamp_s, received_s)
@@ -587,6 +646,8 @@ class LeRobotGrpcTransport(Transport):
 
 
 _INTERNAL = "internal server error; the server log has the details"
+_Behavior = Callable[[Any, Any], Awaitable[Any]]
+"""An RPC's handler: (request or request iterator, context) -> response."""
 
 
 def _status(exc: RequestError) -> Any:
