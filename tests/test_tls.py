@@ -4,6 +4,7 @@ Armory's own clients (sync and asyncio) and by HTTPS health checks; config error
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
 import time
 import urllib.request
@@ -23,7 +24,8 @@ from tls_certs import CertificateFiles, write_test_certificates
 
 from armory.engine.config import ServerConfig
 from armory.policies.base import conform_observation
-from armory.serve import ArmoryServer
+from armory.serve import ArmoryServer, ServerThread
+from armory.transports.groot_config import GrootDoorConfig
 
 API_KEY = "tls-key"
 
@@ -134,3 +136,19 @@ def test_unreadable_or_mismatched_pair_fails_the_start(
         with pytest.raises(OSError, match="cannot load the TLS certificate") as info:
             asyncio.run(start())
         assert cert_file in str(info.value) and key_file in str(info.value)
+
+
+def test_groot_door_says_it_is_plaintext(
+    certs: CertificateFiles, caplog: pytest.LogCaptureFixture
+) -> None:
+    """GR00T's client has no TLS: with a certificate set, its door warns that it is not
+    covered and should be tunnelled."""
+    server = ArmoryServer(
+        make_mock(),
+        ServerConfig(**_tls(certs)),
+        port=None,
+        doors=[GrootDoorConfig(port=0).door("127.0.0.1")],
+    )
+    with caplog.at_level(logging.WARNING), ServerThread(server):
+        pass
+    assert "GR00T door" in caplog.text and "plaintext" in caplog.text and "tunnel" in caplog.text

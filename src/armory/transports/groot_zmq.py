@@ -95,6 +95,13 @@ class GrootZmqTransport(Transport):
             self._port = self.config.port
         self._socket = socket
         self._loop_task = asyncio.ensure_future(self._receive_loop())
+        if self.engine.config.tls:
+            logger.warning(
+                "the GR00T door on tcp://%s:%d is plaintext: GR00T's client has no TLS, so "
+                "the server's certificate does not cover it; tunnel it (docs/security.md)",
+                self.host,
+                self._port,
+            )
 
     async def stop(self) -> None:
         if self._loop_task is not None:
