@@ -73,6 +73,10 @@ class ServerConfig:
     max_pipelined_requests: int = 32
     """Most requests of one connection awaiting their replies at once (a pipelined
     every-tick robot sends without waiting); one more is refused with an error."""
+    max_connections: int = 1024
+    """Most robots connected at once through each door; one more is refused (openpi: HTTP
+    503 at the handshake; GR00T: an error reply; LeRobot: RESOURCE_EXHAUSTED past two
+    calls per robot)."""
     # The executor
     decide_ahead_s: float = 0.002
     """The next batch is decided this long before the running forward pass is expected to
@@ -114,6 +118,8 @@ class ServerConfig:
             raise ValueError(
                 f"--server.max-pipelined-requests must be >= 1, got {self.max_pipelined_requests}"
             )
+        if self.max_connections < 1:
+            raise ValueError(f"--server.max-connections must be >= 1, got {self.max_connections}")
         if not (self.decide_ahead_s >= 0 and math.isfinite(self.decide_ahead_s)):
             raise ValueError(f"--server.decide-ahead-s must be >= 0, got {self.decide_ahead_s}")
         if self.switch_interval_s is not None and not 0 < self.switch_interval_s <= 1:

@@ -16,9 +16,20 @@ RequestError
 
 from __future__ import annotations
 
+import re
+
+MAX_MESSAGE_CHARS = 1000
+"""Longest error text sent to a robot (a longer one is cut, marked with "...")."""
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
 
 class RequestError(Exception):
     """Base class: an error about one robot's request, sent to that robot only."""
+
+    def __str__(self) -> str:
+        """The message as the robot gets it (:func:`public_text`)."""
+        return public_text(super().__str__())
 
 
 class DecodeError(RequestError):
@@ -54,3 +65,12 @@ class Superseded(Exception):
     """A newer observation of the same robot replaced this one before any batch took it
     (a pipelined every-tick robot): it is answered "deferred", without a chunk. Not a
     RequestError: nothing went wrong."""
+
+
+def public_text(message: str) -> str:
+    """An error text fit for a robot: no heap addresses (``<... object at 0x7f...>`` from
+    a library's message), at most :data:`MAX_MESSAGE_CHARS` characters."""
+    message = _ADDRESS.sub("", message)
+    if len(message) > MAX_MESSAGE_CHARS:
+        message = message[: MAX_MESSAGE_CHARS - 3] + "..."
+    return message

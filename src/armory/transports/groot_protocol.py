@@ -21,6 +21,10 @@ from typing import Any, Literal
 
 import msgpack
 import numpy as np
+from armory_client import CodecError
+from armory_client.codec import unpackb
+
+from armory.engine.errors import public_text
 
 Encoding = Literal["n1.6", "n1.5"]
 ENCODINGS: tuple[str, ...] = ("auto", "n1.6", "n1.5")
@@ -46,13 +50,20 @@ class GrootRequest:
     api_token: str | None
 
 
-def decode_request(frame: bytes) -> GrootRequest:
-    """A request from one frame; GrootProtocolError names what is wrong."""
+def decode_request(frame: bytes, *, max_message_bytes: int | None = None) -> GrootRequest:
+    """A request from one frame; GrootProtocolError names what is wrong (a frame over
+    ``max_message_bytes`` too). Decoding work is bounded by the frame's size
+    (``armory_client.codec.unpackb``)."""
+    if max_message_bytes is not None and len(frame) > max_message_bytes:
+        raise GrootProtocolError(
+            f"frame with {len(frame)} bytes exceeds the limit of {max_message_bytes} bytes "
+            "(--server.max-message-bytes)"
+        )
     try:
-        message = msgpack.unpackb(frame, raw=False, strict_map_key=True, object_hook=_decode_obj)
-    except GrootProtocolError:
-        raise
-    except Exception as exc:  # msgpack raises many types for garbage
+        message = unpackb(frame, object_hook=_decode_obj)
+    except CodecError as exc:
+        if isinstance(exc.__cause__, GrootProtocolError):
+            raise exc.__cause__ from None
         raise GrootProtocolError(f"undecodable request ({len(frame)} bytes): {exc}") from None
     if not isinstance(message, Mapping):
         raise GrootProtocolError(
@@ -73,7 +84,8 @@ def encode_reply(obj: Any) -> bytes:
 
 
 def error_reply(message: str) -> bytes:
-    return encode_reply({"error": message})
+    """The ``{"error": ...}`` reply (no heap addresses, bounded length)."""
+    return encode_reply({"error": public_text(message)})
 
 
 def get_action_parts(data: Any, encoding: str) -> tuple[Mapping[str, Any], Encoding]:
@@ -126,7 +138,9 @@ def _load_npy(data: Any) -> np.ndarray:
     try:
         array = np.load(io.BytesIO(data), allow_pickle=False)
     except Exception as exc:  # ValueError for pickled object arrays, others for garbage
-        raise GrootProtocolError(f"'as_npy' is not a plain .npy array: {exc}") from None
+        raise GrootProtocolError(
+            public_text(f"'as_npy' is not a plain .npy array: {exc}")
+        ) from None
     if not isinstance(array, np.ndarray):
         raise GrootProtocolError("'as_npy' must hold one array, not an archive")
     if array.dtype.kind in _REFUSED_KINDS:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hmac
 import logging
 from collections.abc import Callable
@@ -40,8 +41,14 @@ from armory.transports.groot_protocol import (
     error_reply,
     get_action_parts,
 )
+from armory.transports.off_loop import RECEIVE_HEADROOM, decode_off_loop
 
 logger = logging.getLogger(__name__)
+
+_BUSY = (
+    "more requests are in progress than robots may connect (--server.max-connections); "
+    "send one request at a time"
+)
 
 
 @dataclass
@@ -87,7 +94,10 @@ class GrootZmqTransport(Transport):
     async def start(self) -> None:
         socket = self._context.socket(zmq.ROUTER)
         socket.setsockopt(zmq.LINGER, 0)
-        socket.setsockopt(zmq.MAXMSGSIZE, self.engine.config.max_message_bytes)
+        # Over the limit, a frame gets an error reply (up to the headroom: a REQ client
+        # waits forever for a reply that never comes).
+        limit = self.engine.config.max_message_bytes
+        socket.setsockopt(zmq.MAXMSGSIZE, RECEIVE_HEADROOM * limit)
         if self.config.port == 0:
             self._port = socket.bind_to_random_port(f"tcp://{self.host}")
         else:
@@ -138,6 +148,10 @@ class GrootZmqTransport(Transport):
                 continue
             identity, _, frame = parts
             received_s = self.engine.clock()
+            if len(self._tasks) >= self.engine.config.max_connections:
+                # One request per REQ socket: this many at once is a flood (a DEALER).
+                await self._send(identity, error_reply(_BUSY))
+                continue
             task = asyncio.ensure_future(self._serve(identity, frame, received_s))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -158,6 +172,12 @@ class GrootZmqTransport(Transport):
     def _robot(self, identity: bytes, now_s: float) -> _Robot:
         robot = self._robots.get(identity)
         if robot is None or robot.session.closed:
+            limit = self.engine.config.max_connections
+            if len(self._robots) >= limit:
+                raise GrootProtocolError(
+                    f"{len(self._robots)} robots are connected, the most this door serves "
+                    "(--server.max-connections); try again later"
+                )
             session = self.engine.open_session(peer=f"zmq:{identity.hex()}")
             robot = self._robots[identity] = _Robot(session=session, last_seen_s=now_s)
         robot.last_seen_s = now_s
@@ -167,7 +187,10 @@ class GrootZmqTransport(Transport):
 
     async def _serve(self, identity: bytes, frame: bytes, received_s: float) -> None:
         try:
-            request = decode_request(frame)
+            limit = self.engine.config.max_message_bytes
+            request = await decode_off_loop(
+                functools.partial(decode_request, max_message_bytes=limit), frame
+            )
             self._check_token(request)
             reply = await self._dispatch(identity, request, received_s)
         except GrootProtocolError as exc:

@@ -47,12 +47,15 @@ def route(
     *,
     api_key: str | None,
     stats: Callable[[], Any],
+    max_connections: int | None = None,
+    num_connections: int = 0,
 ) -> HttpAnswer | None:
     """The answer to an HTTP request on the WebSocket port, or None to go on with the
     WebSocket handshake.
 
     ``/healthz`` always answers ``OK``; everything else needs the API key when one
-    is configured; ``/stats`` answers the engine's counters as JSON.
+    is configured; ``/stats`` answers the engine's counters as JSON; a handshake while
+    ``num_connections`` robots hold all ``max_connections`` is refused with 503.
     """
     path = path.split("?", 1)[0]
     if path == HEALTH_PATH:
@@ -68,5 +71,11 @@ def route(
             value = dataclasses.asdict(value)
         return HttpAnswer(
             HTTPStatus.OK, json.dumps(value, indent=2) + "\n", content_type="application/json"
+        )
+    if max_connections is not None and num_connections >= max_connections:
+        return HttpAnswer(
+            HTTPStatus.SERVICE_UNAVAILABLE,
+            f"{num_connections} robots are connected, the most this door serves "
+            "(--server.max-connections); try again later\n",
         )
     return None

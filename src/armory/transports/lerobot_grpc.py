@@ -302,7 +302,10 @@ class LeRobotGrpcTransport(Transport):
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.so_reuseport", 0),
-            ]
+            ],
+            # A robot holds at most two calls at once (SendObservations, GetActions):
+            # past that many robots' worth, a call gets RESOURCE_EXHAUSTED.
+            maximum_concurrent_rpcs=2 * self.engine.config.max_connections,
         )
         server.add_generic_rpc_handlers((self._handlers(),))
         address = _address(self.host, self.config.port or 0)

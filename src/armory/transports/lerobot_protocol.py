@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 from armory_client.image_prep import resize_with_pad
+from armory_client.queue_state import MAX_EXECUTION_HORIZON, MAX_INDEX, MIN_CONTROL_HZ
 
 from armory.engine.errors import ObservationError
 from armory.policies.base import InputSpec
@@ -57,6 +58,15 @@ IMAGE_FEATURE_PREFIX = "observation.images."
 """Prefix of a camera feature in ``lerobot_features``; the rest is the camera's name."""
 TASK_KEY = "task"
 """Key of the task text in a raw observation."""
+MAX_CONTROL_HZ = 1000.0
+"""Fastest control rate a LeRobot robot is believed to run at: the rate estimate is
+capped here, and a timestep may advance at most this many actions per second between
+two observations (plus :data:`TIMESTEP_SLACK_S` worth)."""
+TIMESTEP_SLACK_S = 1.0
+"""Seconds of motion at :data:`MAX_CONTROL_HZ` a timestep may jump beyond the time
+between two observations' arrivals (network jitter, a burst after a stall)."""
+MAX_ACTIONS_PER_CHUNK = MAX_EXECUTION_HORIZON
+"""Most actions per chunk a robot's instructions may ask for."""
 
 
 # ---- framing -------------------------------------------------------------------
@@ -221,11 +231,9 @@ def decode_instructions(payload: bytes) -> PolicyInstructions:
     rename_map = fields.get("rename_map", {})
     if not isinstance(features, dict) or not isinstance(rename_map, dict):
         raise ValueError("RemotePolicyConfig.lerobot_features and rename_map must be dicts")
-    actions_per_chunk = _count(fields, "actions_per_chunk", "RemotePolicyConfig")
-    if actions_per_chunk < 1:
-        raise ValueError(
-            f"RemotePolicyConfig.actions_per_chunk must be >= 1, got {actions_per_chunk}"
-        )
+    actions_per_chunk = _count(
+        fields, "actions_per_chunk", "RemotePolicyConfig", low=1, high=MAX_ACTIONS_PER_CHUNK
+    )
     return PolicyInstructions(
         policy_type=_text(fields, "policy_type"),
         pretrained_name_or_path=_text(fields, "pretrained_name_or_path"),
@@ -315,12 +323,18 @@ def _number(fields: Mapping[str, Any], name: str, owner: str) -> float:
     return float(value)
 
 
-def _count(fields: Mapping[str, Any], name: str, owner: str) -> int:
+def _count(
+    fields: Mapping[str, Any], name: str, owner: str, *, low: int = 0, high: int = MAX_INDEX
+) -> int:
+    """An int field in ``[low, high]`` (by default, an index: below 2**53)."""
     value = fields.get(name)
     if isinstance(value, np.integer):
         value = int(value)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"{owner}.{name} must be an int >= 0, got {value!r:.40}")
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{owner}.{name} must be an int, got {type(value).__name__}")
+    if not low <= value <= high:
+        shown = f"an int of {value.bit_length()} bits" if abs(value) > MAX_INDEX else value
+        raise ValueError(f"{owner}.{name} must be in [{low}, {high}], got {shown}")
     return value
 
 
@@ -591,7 +605,10 @@ class QueueEstimator:
 
     - rate: ``max(Δtimestep, 1) / Δtimestamp`` between consecutive observations (one
       action per tick while the queue holds any, one observation per tick while it
-      starves), smoothed; ``default_control_hz`` until measured;
+      starves), each sample within ``[MIN_CONTROL_HZ, MAX_CONTROL_HZ]``, smoothed;
+      ``default_control_hz`` until measured;
+    - a timestep that jumps ahead by more than a robot at ``MAX_CONTROL_HZ`` could
+      execute between the two arrivals (plus ``TIMESTEP_SLACK_S``) is refused;
     - actions left: the newest timestep fetched minus the observation's timestep, at
       most ``chunk_size_threshold`` of the longest chunk fetched (the client would not
       have sent otherwise), 0 when ``must_go`` says the queue is empty.
@@ -606,7 +623,8 @@ class QueueEstimator:
         self.smoothing = smoothing
         """Weight of the newest rate sample in the moving average."""
         self.num_observations = 0
-        self._previous: tuple[int, float] | None = None
+        self._previous: tuple[int, float, float] | None = None
+        """(timestep, robot timestamp, server arrival) of the last observation."""
         self._fetched_end: int | None = None
         """Newest LeRobot timestep in a chunk the robot fetched."""
         self._fetched_start: int | None = None
@@ -615,16 +633,26 @@ class QueueEstimator:
         self._newest_start: int | None = None
         """Engine index of the newest chunk computed for the robot (fetched or not)."""
 
-    def observe(self, obs: TimedObservation) -> QueueReport:
-        """Called for each observation, in arrival order."""
-        self.num_observations += 1
+    def observe(self, obs: TimedObservation, received_s: float) -> QueueReport:
+        """Called for each observation, in arrival order (``received_s``: its arrival on
+        the server's clock). Raises ValueError, changing nothing, for a timestep jump no
+        robot could make."""
         if self._previous is not None:
             steps = obs.timestep - self._previous[0]
+            arrived_after_s = max(received_s - self._previous[2], 0.0)
+            most = math.ceil((arrived_after_s + TIMESTEP_SLACK_S) * MAX_CONTROL_HZ)
+            if steps > most:
+                raise ValueError(
+                    f"TimedObservation.timestep jumped from {self._previous[0]} by {steps} in "
+                    f"{arrived_after_s:.3f} s; a robot at most {MAX_CONTROL_HZ:g} Hz executes "
+                    f"at most {most} actions in that time"
+                )
             elapsed_s = obs.timestamp_s - self._previous[1]
             if steps >= 0 and elapsed_s > 1e-3:
-                sample_hz = max(steps, 1) / elapsed_s
+                sample_hz = min(max(max(steps, 1) / elapsed_s, MIN_CONTROL_HZ), MAX_CONTROL_HZ)
                 self.control_hz += self.smoothing * (sample_hz - self.control_hz)
-        self._previous = (obs.timestep, obs.timestamp_s)
+        self.num_observations += 1
+        self._previous = (obs.timestep, obs.timestamp_s, received_s)
         executed_any = obs.timestep > 0 or self._fetched_end is not None
         left = 0
         if self._fetched_end is not None and not obs.must_go:

@@ -26,6 +26,7 @@ from armory.engine.server_engine import AcceptedRequest, ServerEngine
 from armory.engine.session import Session
 from armory.transports import http
 from armory.transports.base import Transport
+from armory.transports.off_loop import decode_off_loop
 from armory.transports.openpi_protocol import (
     ERROR_CLOSE_CODE,
     ERROR_CLOSE_REASON,
@@ -104,6 +105,8 @@ class OpenpiWebSocketTransport(Transport):
             request.headers.get(http.AUTH_HEADER),
             api_key=self._api_key,
             stats=self.engine.stats,
+            max_connections=self.engine.config.max_connections,
+            num_connections=len(self._server.connections) if self._server else 0,
         )
         if answer is None:
             return None
@@ -130,7 +133,9 @@ class OpenpiWebSocketTransport(Transport):
             while True:
                 frame = await ws.recv()
                 received_s = self.engine.clock()
-                accepted = self._accept(session, frame, received_s, num_waiting=len(answers))
+                accepted = await self._accept(
+                    session, frame, received_s, num_waiting=len(answers)
+                )
                 del frame
                 if accepted is None:
                     break  # the session closed
@@ -155,7 +160,7 @@ class OpenpiWebSocketTransport(Transport):
             if answers:
                 await asyncio.wait(answers)
 
-    def _accept(
+    async def _accept(
         self, session: Session, frame: bytes | str, received_s: float, *, num_waiting: int
     ) -> AcceptedRequest | RequestError | None:
         """Decode a request and hand it to the engine at once (a robot may send the next
@@ -167,7 +172,8 @@ class OpenpiWebSocketTransport(Transport):
                     f"more than {limit} requests of this connection await replies "
                     "(--server.max-pipelined-requests); wait for replies before sending more"
                 )
-            return self.engine.accept(session, decode_request(frame), received_s=received_s)
+            observation = await decode_off_loop(decode_request, frame)
+            return self.engine.accept(session, observation, received_s=received_s)
         except SessionClosed:
             return None
         except RequestError as exc:

@@ -36,6 +36,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from armory.engine.errors import public_text
+
 __all__ = [
     "NUMPY_GLOBALS",
     "PLAIN_GLOBALS",
@@ -47,6 +49,9 @@ __all__ = [
 
 _MAX_DEPTH = 100
 """Deepest nesting of containers accepted in a payload."""
+MAX_OPCODES = 200_000
+"""Most opcodes of one pickle (a LeRobot observation has a few hundred): the scan stops
+and refuses the payload there, so that its cost is bounded whatever its size."""
 _DTYPE_CODE = re.compile(r"^[biuf]\d{1,2}$")
 """numpy dtype codes a pickle may name: bool, signed and unsigned integers, floats."""
 
@@ -106,7 +111,7 @@ def safe_loads(
         raise
     except Exception as exc:  # a malformed payload: every failure of the unpickler
         raise PickleRefused(
-            f"not a pickle this server accepts ({type(exc).__name__}: {exc})"
+            public_text(f"not a pickle this server accepts ({type(exc).__name__}: {exc})")
         ) from None
 
 
@@ -121,6 +126,8 @@ class _CheckedUnpickler(pickle.Unpickler):
     def load(self) -> Any:
         start = self._file.tell()
         for count, (opcode, arg, _) in enumerate(pickletools.genops(self._file)):
+            if count >= MAX_OPCODES:
+                raise PickleRefused(f"the pickle has more than {MAX_OPCODES} opcodes")
             if opcode.name in _MEMO_PUTS and arg > count:
                 raise PickleRefused(f"the pickle stores memo entry {arg} after {count} opcodes")
         self._file.seek(start)

@@ -11,6 +11,11 @@ Format (no msgpack ExtType; every key below is msgpack *bin*, not str):
   ``raw=False, strict_map_key=True`` (map keys must be str or bytes; tuples come back
   as lists).
 
+Decoding is bounded by the message's size: at most `max_items` container entries in
+all (maps and arrays together, each container counting one more), strings and bins no
+longer than the message, no msgpack ExtType; so a small message of many empty maps
+cannot cost a hundred times its size in memory.
+
 Dtype kinds V (void/structured), O (object) and c (complex) are refused on both ends,
 and so is any other kind whose bytes are not plain values (e.g. numpy 2's StringDType).
 Unlike openpi, decoding validates every array map, and every failure is a `CodecError`.
@@ -20,6 +25,7 @@ Decoded arrays are read-only views of the received bytes.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -27,7 +33,12 @@ import numpy as np
 
 from armory_client.errors import CodecError
 
-__all__ = ["packb", "unpackb"]
+__all__ = ["max_items", "packb", "unpackb"]
+
+MIN_ITEMS = 65_536
+"""Container entries any message may hold, however small."""
+BYTES_PER_ITEM = 256
+"""A message may hold one container entry more per this many bytes of its size limit."""
 
 # Map keys of the encoded forms (bin on the wire).
 _NDARRAY = b"__ndarray__"
@@ -55,14 +66,60 @@ def packb(obj: Any) -> bytes:
         raise CodecError(f"cannot encode object: {exc}") from exc
 
 
-def unpackb(data: bytes) -> Any:
-    """Decode msgpack bytes made by `packb` (or by openpi), rebuilding numpy values."""
+def max_items(max_message_bytes: int) -> int:
+    """Most container entries (all maps and arrays together) a message of at most
+    `max_message_bytes` may decode to."""
+    return max(MIN_ITEMS, max_message_bytes // BYTES_PER_ITEM)
+
+
+def unpackb(
+    data: bytes,
+    *,
+    max_message_bytes: int | None = None,
+    object_hook: Callable[[dict[Any, Any]], Any] | None = None,
+) -> Any:
+    """Decode msgpack bytes made by `packb` (or by openpi), rebuilding numpy values.
+
+    Work is bounded by `max_message_bytes` (default: the size of `data`): see
+    `max_items`. `object_hook` replaces the codec's own map hook (another protocol's
+    array form); a CodecError names whatever was wrong.
+    """
+    limit = len(data) if max_message_bytes is None else max_message_bytes
+    budget = _Budget(max_items(limit))
+    hook = object_hook or _decode_map
     try:
-        return msgpack.unpackb(data, object_hook=_decode_map, raw=False, strict_map_key=True)
+        return msgpack.unpackb(
+            data,
+            object_hook=lambda obj: hook(budget.take(obj)),
+            list_hook=budget.take,
+            raw=False,
+            strict_map_key=True,
+            max_str_len=limit,
+            max_bin_len=limit,
+            max_array_len=budget.max_items,
+            max_map_len=budget.max_items,
+            max_ext_len=0,
+        )
     except CodecError:
         raise
     except (TypeError, ValueError, msgpack.UnpackException) as exc:
         raise CodecError(f"malformed msgpack message ({type(exc).__name__}): {exc}") from exc
+
+
+class _Budget:
+    """Container entries a message may still decode to (called for every map and array)."""
+
+    def __init__(self, max_items: int) -> None:
+        self.max_items = max_items
+        self._left = max_items
+
+    def take(self, container: Any) -> Any:
+        self._left -= len(container) + 1
+        if self._left < 0:
+            raise CodecError(
+                f"the message holds more than {self.max_items} map and array entries"
+            )
+        return container
 
 
 def _encode_numpy(obj: Any) -> dict[bytes, Any]:
