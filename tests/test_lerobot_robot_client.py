@@ -7,11 +7,13 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from server_harness import FAST_LINEAR
 
 from armory.engine.config import ServerConfig
+from armory.engine.server_engine import EngineStats
 from armory.policies.mock import MockPolicyConfig
 from armory.serve import ArmoryServer, ServerThread
 from armory.transports.lerobot_grpc import LeRobotDoorConfig
@@ -20,17 +22,25 @@ SCRIPT = Path(__file__).resolve().parent / "lerobot_client" / "run_robot_client.
 LEROBOT_PYTHON = os.environ.get("ARMORY_LEROBOT_PYTHON")
 
 
-@pytest.mark.skipif(
+needs_lerobot = pytest.mark.skipif(
     not LEROBOT_PYTHON,
     reason="ARMORY_LEROBOT_PYTHON is unset: build the env with scripts/lerobot-env.sh",
 )
-def test_unmodified_lerobot_robot_client_runs_against_armory(tmp_path: Path) -> None:
-    """The client's handshake and instructions go through, its observations are served
-    in batches, and the robot executes actions: 7 joint values per action."""
+
+
+def _run_robot_client(
+    tmp_path: Path, seconds: float, **door_options: Any
+) -> tuple[subprocess.CompletedProcess[str], EngineStats]:
+    """LeRobot's RobotClient for ``seconds`` against a server whose only door is the
+    LeRobot one (pickle on, key ``fleet-key``, ``door_options``); its output and the
+    engine's counters."""
     policy = MockPolicyConfig(latency_profile="linear", linear=FAST_LINEAR, state_dim=7).make()
-    door = LeRobotDoorConfig(port=0, allow_unsafe_pickle_on_untrusted_networks=True)
+    door = LeRobotDoorConfig(port=0, allow_unsafe_pickle_on_untrusted_networks=True, **door_options)
     server = ArmoryServer(
-        policy, ServerConfig(max_batch_size=4), port=None, doors=[door.door("127.0.0.1")]
+        policy,
+        ServerConfig(max_batch_size=4),
+        port=None,
+        doors=[door.door("127.0.0.1", api_key="fleet-key")],
     )
     with ServerThread(server) as thread:
         port = server.doors[0].port  # type: ignore[attr-defined]
@@ -42,7 +52,7 @@ def test_unmodified_lerobot_robot_client_runs_against_armory(tmp_path: Path) -> 
                     "--server",
                     f"127.0.0.1:{port}",
                     "--seconds",
-                    "4",
+                    str(seconds),
                     "--calibration-dir",
                     str(tmp_path / "calibration"),
                 ],
@@ -53,7 +63,15 @@ def test_unmodified_lerobot_robot_client_runs_against_armory(tmp_path: Path) -> 
             )
         except subprocess.TimeoutExpired as exc:  # run() killed the child
             pytest.fail(f"RobotClient did not finish: {exc}")
-        stats = thread.stats()
+        return out, thread.stats()
+
+
+@needs_lerobot
+def test_unmodified_lerobot_robot_client_runs_against_armory(tmp_path: Path) -> None:
+    """The client's handshake and instructions go through, its observations are served
+    in batches, and the robot executes actions: 7 joint values per action. The server
+    has an API key, which the client cannot send: its address is allowlisted."""
+    out, stats = _run_robot_client(tmp_path, 4, allowed_networks=("127.0.0.1/32",))
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert summary["started"] is True
@@ -61,3 +79,16 @@ def test_unmodified_lerobot_robot_client_runs_against_armory(tmp_path: Path) -> 
     assert len(summary["actions"]) > 30, summary["num_observations"]
     assert all(len(action) == 7 for action in summary["actions"])
     assert stats.num_errors == 0 and stats.num_replies >= 3
+
+
+@needs_lerobot
+def test_unmodified_lerobot_robot_client_is_refused_without_key_or_allowlist(
+    tmp_path: Path,
+) -> None:
+    """With a key set and the robot's address not allowlisted, its handshake fails and
+    the server opens no session for it."""
+    out, stats = _run_robot_client(tmp_path, 1, allowed_networks=("10.0.0.0/8",))
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1])["started"] is False
+    assert "StatusCode.UNAUTHENTICATED" in out.stderr
+    assert stats.num_sessions == 0 and stats.num_replies == 0
