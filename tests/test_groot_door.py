@@ -136,6 +136,23 @@ def test_tokens_are_checked() -> None:
             assert right.ping()["status"] == "ok"
 
 
+def test_server_key_is_the_token_unless_one_is_set() -> None:
+    """With the server's API key and no --groot.api-token, requests need the key as their
+    api_token; a door's own token takes its place."""
+    for door_token, accepted in [(None, "server-key"), ("door-token", "door-token")]:
+        config = GrootDoorConfig(port=0, api_token=door_token)
+        server = ArmoryServer(
+            make_mock(), port=None, doors=[config.door("127.0.0.1", api_key="server-key")]
+        )
+        with ServerThread(server) as thread:
+            port = thread.server.doors[0].port  # type: ignore[attr-defined]
+            for token in (None, "wrong", *({"server-key", "door-token"} - {accepted})):
+                with GrootClient(port, api_token=token) as refused:
+                    assert refused.ping() == {"error": "Unauthorized: Invalid API token"}
+            with GrootClient(port, api_token=accepted) as right:
+                assert right.ping()["status"] == "ok"
+
+
 def test_layout_maps_named_cameras_and_state_order() -> None:
     """Explicit camera pairs and state order: swapping the cameras changes the chunk."""
     policy = make_mock()

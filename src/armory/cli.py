@@ -191,8 +191,9 @@ class Serve:
     """Port of the openpi WebSocket door (and of GET /healthz); 0 picks a free one, None
     keeps that door closed."""
     api_key: str | None = None
-    """Require 'Authorization: Api-Key <key>' on the openpi door, and as gRPC metadata on the
-    LeRobot door outside --lerobot.allowed-networks (default: $ARMORY_API_KEY if set)."""
+    """Require 'Authorization: Api-Key <key>' on the openpi door, as gRPC metadata on the
+    LeRobot door outside --lerobot.allowed-networks, and as the GR00T door's api_token unless
+    --groot.api-token is set (default: $ARMORY_API_KEY if set)."""
     seed: int = 0
     """Seeds schedulers that draw random numbers."""
     log_level: str = "INFO"
@@ -212,7 +213,11 @@ class Serve:
             api_key = self.api_key or os.environ.get(API_KEY_ENV) or None
             doors = []
             if self.groot.port is not None:
-                doors.append(self.groot.door(self.host, on_kill=lambda: server.request_stop()))
+                doors.append(
+                    self.groot.door(
+                        self.host, on_kill=lambda: server.request_stop(), api_key=api_key
+                    )
+                )
             if self.lerobot.port is not None:
                 doors.append(self.lerobot.door(self.host, api_key=api_key))
             if self.port is None and not doors:

@@ -21,7 +21,8 @@ class GrootDoorConfig:
     port: int | None = None
     """Port of the ZeroMQ socket (GR00T's default is 5555); None keeps the door closed."""
     api_token: str | None = None
-    """Require this ``api_token`` in every request (compared in constant time)."""
+    """Require this ``api_token`` in every request (compared in constant time); unset, the
+    server's --api-key is required when one is set."""
     allow_kill: bool = False
     """Let a robot's ``kill`` request stop the server (refused otherwise)."""
     encoding: str = "auto"
@@ -39,11 +40,18 @@ class GrootDoorConfig:
             raise ValueError("--groot.session-timeout-s must be > 0")
 
     def door(
-        self, host: str, on_kill: Callable[[], None] | None = None
+        self,
+        host: str,
+        on_kill: Callable[[], None] | None = None,
+        *,
+        api_key: str | None = None,
     ) -> Callable[[ServerEngine], Transport]:
-        """The factory ``ArmoryServer(doors=...)`` takes."""
+        """The factory ``ArmoryServer(doors=...)`` takes; ``api_key`` (the server's) is the
+        token required when ``api_token`` is unset."""
         if self.port is None:
             raise ValueError("the GR00T door has no port")
         from armory.transports.groot_zmq import GrootZmqTransport  # needs pyzmq
 
-        return lambda engine: GrootZmqTransport(engine, self, host=host, on_kill=on_kill)
+        return lambda engine: GrootZmqTransport(
+            engine, self, host=host, on_kill=on_kill, api_key=api_key
+        )

@@ -68,11 +68,16 @@ class GrootZmqTransport(Transport):
         *,
         host: str = "127.0.0.1",
         on_kill: Callable[[], None] | None = None,
+        # Security
+        api_key: str | None = None,
     ) -> None:
+        """``api_key``: the server's key, the token required when ``config.api_token``
+        is unset."""
         self.engine = engine
         self.config = config
         self.host = host
         self.on_kill = on_kill
+        self._api_token = config.api_token or api_key or None
         meta = engine.metadata
         self.adapter = GrootAdapter(config.layout, meta.inputs, meta.action_horizon)
         self._context = zmq.asyncio.Context()
@@ -209,7 +214,7 @@ class GrootZmqTransport(Transport):
         await self._send(identity, reply)
 
     def _check_token(self, request: GrootRequest) -> None:
-        expected = self.config.api_token
+        expected = self._api_token
         if expected is None:
             return
         given = (request.api_token or "").encode()
