@@ -25,7 +25,9 @@ One adapter for every policy type LeRobot's factory builds:
   as LeRobot's ``select_action`` does on an episode's first step.
 - **Noise.** For types that take it (:data:`NOISE_SHAPES`) the server's fixed noise
   tile of the per-sample shape goes to ``predict_action_chunk(batch, noise=...)``,
-  the same tile for every sample of every batch.
+  the same tile for every sample of every batch. A configuration that fixed noise
+  cannot make reproducible (:func:`ticket_blockers`: a DDPM sampler, a compiled
+  model) refuses the noise at start-up, naming the setting to change.
 """
 
 from __future__ import annotations
@@ -130,6 +132,12 @@ class LeRobotBackend(Backend):
             return
         if self._noise_shape is None:
             raise ValueError(f"LeRobot policy type {self.config.type!r} takes no fixed noise")
+        blockers = ticket_blockers(self.config)
+        if blockers:
+            raise ValueError(
+                f"fixed noise cannot make this LeRobot {self.config.type!r} policy "
+                f"reproducible: {'; '.join(blockers)}"
+            )
         if tuple(noise.shape) != self._noise_shape:
             raise ValueError(f"noise of shape {noise.shape}; expected {self._noise_shape}")
         self._noise = self._torch.from_numpy(np.array(noise, dtype=np.float32)).to(self._device)
@@ -178,6 +186,26 @@ class LeRobotBackend(Backend):
             p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
         )
         return tuple(int(dim) for dim in shape_of(self.config)) if takes_noise else None
+
+
+def ticket_blockers(config: Any) -> list[str]:
+    """The settings of a LeRobot policy config under which the same observation and the
+    same fixed noise can still give different chunks, each with the change that fixes it
+    (empty when fixed noise makes the policy reproducible)."""
+    blockers = []
+    scheduler = getattr(config, "noise_scheduler_type", None)
+    if config.type == "diffusion" and str(scheduler).upper() != "DDIM":
+        blockers.append(
+            f"noise_scheduler_type {scheduler!r} draws fresh noise at every denoising step "
+            "(set noise_scheduler_type to 'DDIM' in --policy.overrides; a checkpoint trained "
+            "with DDPM samples with DDIM too, in fewer steps)"
+        )
+    if getattr(config, "compile_model", False):
+        blockers.append(
+            "compile_model is on: compiled kernels need not match the model called directly "
+            "(set compile_model to false in --policy.overrides)"
+        )
+    return blockers
 
 
 def _declared_inputs(config: Any, task_key: str) -> dict[str, dict[str, Any]]:
