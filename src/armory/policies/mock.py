@@ -12,8 +12,10 @@ Real-time chunking: the mock honours ``rtc_prefix`` (the d actions the robot wil
 play whatever the reply, see ``armory_client.merge``) the way an inpainting policy
 does: the chunk's first d rows are the prefix, and the rest continues from its
 last row with the chunk's own steps, so the robot never sees a seam
-(:func:`inpaint_prefix`). ``rtc_remainder`` and ``rtc_delay`` are accepted and
-not used.
+(:func:`inpaint_prefix`). With ``rtc_schedule`` set to one of LeRobot's prefix
+schedules (``zeros``, ``ones``, ``linear``, ``exp``) it soft-masks instead: each row
+is blended with the previous plan (``rtc_prefix`` then ``rtc_remainder``) by the
+schedule's weight (:mod:`armory.policies.rtc_guidance`).
 
 Noise tickets: with ``--policy.noise.seed`` or ``--policy.noise.ticket`` (see
 :mod:`armory.policies.noise`) the mock adds ``noise_scale`` times the fixed
@@ -39,6 +41,7 @@ from armory.engine.latency_profile import (
 )
 from armory.policies.base import STR_DTYPE, InputSpec, Policy, PolicyMetadata
 from armory.policies.noise import NoiseConfig, make_noise
+from armory.policies.rtc_guidance import RTC_SCHEDULES, rtc_guidance, soft_inpaint
 
 RTC_PREFIX_KEY = "rtc_prefix"
 """(d, action_dim) float actions the robot plays whatever the reply (real-time chunking)."""
@@ -76,6 +79,11 @@ class MockPolicyConfig:
     """Fixed action noise of shape (action_horizon, action_dim), added to every chunk."""
     noise_scale: float = 0.1
     """Each chunk gets noise_scale * noise added (only with a noise seed or ticket)."""
+    rtc_schedule: str = "hard"
+    """Real-time chunking: ``hard`` inpaints the frozen prefix; ``zeros``, ``ones``,
+    ``linear`` or ``exp`` soft-mask with LeRobot's prefix weights."""
+    rtc_execution_horizon: int | None = None
+    """Soft masking: rows guided by the previous plan (None: all it sends)."""
 
     def __post_init__(self) -> None:
         if self.latency_profile not in preset_names():
@@ -90,6 +98,13 @@ class MockPolicyConfig:
             )
         if not np.isfinite(self.noise_scale):
             raise ValueError(f"noise_scale must be finite, got {self.noise_scale}")
+        if self.rtc_schedule != "hard" and self.rtc_schedule not in RTC_SCHEDULES:
+            valid = ", ".join(("hard", *RTC_SCHEDULES))
+            raise ValueError(f"unknown rtc_schedule {self.rtc_schedule!r}; valid: {valid}")
+        if self.rtc_execution_horizon is not None and self.rtc_execution_horizon < 0:
+            raise ValueError(
+                f"rtc_execution_horizon must be >= 0 or None, got {self.rtc_execution_horizon}"
+            )
         keys = [*self.image_keys, self.state_key, *([self.prompt_key] if self.prompt_key else [])]
         if len(set(keys)) != len(keys):
             raise ValueError(f"mock policy input keys must be distinct, got {keys}")
@@ -154,7 +169,7 @@ class MockPolicy(Policy):
         done_s = time.perf_counter() + self._true_latency.latency_s(len(observations))
         self.batch_sizes.append(len(observations))
         chunks = [
-            inpaint_prefix(
+            self._real_time_chunk(
                 self._add_noise(
                     mock_actions(
                         obs,
@@ -163,7 +178,7 @@ class MockPolicy(Policy):
                         self.config.action_dim,
                     )
                 ),
-                obs.get(RTC_PREFIX_KEY),
+                obs,
             )
             for obs in observations
         ]
@@ -171,6 +186,19 @@ class MockPolicy(Policy):
         if remaining_s > 0:
             self._sleep(remaining_s)
         return chunks
+
+    def _real_time_chunk(self, chunk: np.ndarray, obs: Mapping[str, Any]) -> np.ndarray:
+        """``chunk`` joined to the robot's previous plan by ``rtc_schedule``."""
+        if self.config.rtc_schedule == "hard":
+            return inpaint_prefix(chunk, obs.get(RTC_PREFIX_KEY))
+        guidance = rtc_guidance(
+            obs,
+            rows=self.config.action_horizon,
+            action_dim=self.config.action_dim,
+            schedule=self.config.rtc_schedule,
+            execution_horizon=self.config.rtc_execution_horizon,
+        )
+        return soft_inpaint(chunk, guidance)
 
     def _add_noise(self, chunk: np.ndarray) -> np.ndarray:
         """``chunk + noise_scale * noise`` (float32) with fixed noise; else ``chunk``."""
