@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import signal
 import threading
@@ -213,11 +214,35 @@ def run_server(server: ArmoryServer, *, announce: bool = True) -> int:
                 )
                 for line in door_lines(server):
                     print(f"armory: {line}", flush=True)
+            for warning in exposure_warnings(server):
+                logger.warning("%s", warning)
             await stop.wait()
             logger.info("stopping")
 
     asyncio.run(main())
     return 0
+
+
+def exposure_warnings(server: ArmoryServer) -> list[str]:
+    """Called at start-up: one warning per door that serves anyone while the server is
+    bound beyond loopback (none on 127.0.0.1)."""
+    if _is_loopback(server.host):
+        return []
+    return [
+        f"the {type(door).__name__} door on {server.host} serves anyone who can reach it: "
+        "set --api-key (docs/security.md)"
+        for door in server.transports
+        if not door.requires_credentials
+    ]
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to any interface
 
 
 def door_lines(server: ArmoryServer) -> list[str]:

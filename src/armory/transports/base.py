@@ -15,3 +15,9 @@ class Transport(abc.ABC):
     @abc.abstractmethod
     async def stop(self) -> None:
         """Called once when the server stops: stop accepting, close every connection."""
+
+    @property
+    def requires_credentials(self) -> bool:
+        """Whether a caller must show a key (or come from an allowed address); read at
+        start-up to warn about a door that serves anyone."""
+        return False

@@ -93,6 +93,10 @@ class GrootZmqTransport(Transport):
             raise RuntimeError("the GR00T door is not started")
         return self._port
 
+    @property
+    def requires_credentials(self) -> bool:
+        return self._api_token is not None
+
     def describe(self) -> str:
         return f"GR00T ZeroMQ on tcp://{self.host}:{self.port}"
 

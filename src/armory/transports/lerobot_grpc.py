@@ -276,6 +276,10 @@ class LeRobotGrpcTransport(Transport):
             raise RuntimeError("the transport is not started")
         return self._port
 
+    @property
+    def requires_credentials(self) -> bool:
+        return not self.access.is_open
+
     def describe(self) -> str:
         """One line for the server's start-up announcement."""
         pickle = (

@@ -74,6 +74,10 @@ class OpenpiWebSocketTransport(Transport):
             raise RuntimeError("the transport is not started")
         return int(self._server.sockets[0].getsockname()[1])
 
+    @property
+    def requires_credentials(self) -> bool:
+        return self._api_key is not None
+
     async def start(self) -> None:
         config = self.engine.config
         self._server = await serve(
