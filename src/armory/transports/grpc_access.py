@@ -90,6 +90,16 @@ class CallAccess:
             if key == AUTH_METADATA_KEY and isinstance(value, str)
         )
 
+    def describe(self) -> str:
+        """Who is served, for the door's start-up line."""
+        if self.is_open:
+            return "no API key (every caller is served)"
+        if self.networks and self.api_key:
+            return "API key required outside the allowed networks"
+        if self.networks:
+            return "only the allowed networks are served"
+        return "API key required"
+
     def refusal(self) -> str:
         """The status message of a refused call: what it lacked, no more."""
         ways = []

@@ -287,17 +287,9 @@ class LeRobotGrpcTransport(Transport):
             if self.config.allow_unsafe_pickle_on_untrusted_networks
             else f"pickle payloads refused until {UNSAFE_PICKLE_OPTION} is on"
         )
-        if self.access.is_open:
-            access = "no API key (every caller is served)"
-        elif self.access.networks and self.access.api_key:
-            access = "API key required outside the allowed networks"
-        elif self.access.networks:
-            access = "only the allowed networks are served"
-        else:
-            access = "API key required"
         return (
             f"LeRobot gRPC ({SERVICE}) on {_address(self.host, self.port)} "
-            f"({'TLS' if self._tls else 'plaintext'}); {access}; {pickle}"
+            f"({'TLS' if self._tls else 'plaintext'}); {self.access.describe()}; {pickle}"
         )
 
     async def start(self) -> None:
