@@ -6,7 +6,9 @@ reading while requests wait for their batches: a robot that drops mid-batch is
 forgotten at once (its chunk, when ready, is thrown away), and a pipelined
 every-tick robot's newer observation replaces one still waiting (answered
 "deferred"); replies keep the order of requests. A bad request gets its error as
-a text frame, then close 1011, on that connection only. See docs/protocol.md.
+a text frame, then close 1011, on that connection only. With the server's TLS pair
+the door speaks only TLS (``wss://``, and HTTPS for health and stats). See
+docs/protocol.md and docs/security.md.
 """
 
 from __future__ import annotations
