@@ -233,11 +233,12 @@ class PolicyClient(_ClientBase):
 
     def infer(self, obs: Mapping[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
         """Send one observation map and return the server's action map, within
-        `timeout_s` (the request timeout by default) of the call, a reconnect included."""
+        `timeout_s` (the request timeout by default) of its turn on the connection (calls
+        from other threads go one at a time), a reconnect included."""
         request = packb(obs)
         timeout_s = self._request_timeout_s if timeout_s is None else timeout_s
-        deadline_s = time.monotonic() + timeout_s
         with self._lock:
+            deadline_s = time.monotonic() + timeout_s
             conn, start_s = self._send(request, deadline_s)
             frame = self._recv(conn, timeout_s, deadline_s)
             try:
