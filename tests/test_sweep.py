@@ -118,3 +118,57 @@ def test_results_do_not_depend_on_the_number_of_workers(tmp_path: Path) -> None:
         ("w-2", "random", 1),
         ("w-2", "max-batch", 0),
     ]
+
+
+def test_a_repeated_scheduler_runs_once(tmp_path: Path) -> None:
+    """A scheduler named twice is swept once, not counted as a second seed."""
+    fleets = [sweep.read_fleet(write_fleet_file(tmp_path, make_fleet_dict("r-2", 2)))]
+    config = SchedulerConfig(name="max-batch")
+    runs = sweep.run_grid(fleets, [config, config], [0], duration_s=1.0, with_bound=False)
+    assert [(r.scheduler, r.seed) for r in runs] == [("max-batch", 0)]
+    (cell,) = sweep.aggregate(runs)
+    assert cell.num_seeds == 1
+
+
+def test_directories_list_fleets_in_natural_order(tmp_path: Path) -> None:
+    """fleet-2 comes before fleet-10 (numbers by value, not as text)."""
+    for name in ("fleet-10", "fleet-2", "fleet-1"):
+        write_fleet_file(tmp_path, make_fleet_dict(name))
+    assert [p.stem for p in sweep.fleet_paths([tmp_path])] == ["fleet-1", "fleet-2", "fleet-10"]
+
+
+def _cell(scheduler: str, num_robots: int, bound: float | None = 0.1) -> sweep.SweepCell:
+    return sweep.SweepCell(
+        family="f",
+        fleet=f"f-{num_robots}",
+        num_robots=num_robots,
+        scheduler=scheduler,
+        num_seeds=1,
+        starvation=0.2,
+        starvation_std=0.0,
+        weighted_throughput=10.0,
+        bound_starvation=bound,
+    )
+
+
+def _line_colors(cells: list[sweep.SweepCell]) -> dict[str, str]:
+    starved_ax = sweep.family_figure(cells).axes[0]
+    return {line.get_label(): line.get_color() for line in starved_ax.get_lines()}
+
+
+def test_plot_colours_follow_the_scheduler_not_the_argument_order() -> None:
+    """A scheduler has the same colour whichever order, or company, it is swept in."""
+    cells = [_cell(name, n) for name in ("max-batch", "round-robin") for n in (2, 4)]
+    forward, backward = _line_colors(cells), _line_colors(cells[::-1])
+    alone = _line_colors([c for c in cells if c.scheduler == "round-robin"])
+    assert forward == backward
+    assert forward["round-robin"] == alone["round-robin"] != forward["max-batch"]
+
+
+def test_a_one_fleet_bound_is_drawn_and_an_absent_one_is_not_in_the_legend() -> None:
+    """One fleet's bound is a visible mark; without a bound the legend names none."""
+    starved_ax = sweep.family_figure([_cell("max-batch", 2)]).axes[0]
+    (bound,) = [line for line in starved_ax.get_lines() if line.get_label() == "bound"]
+    assert bound.get_marker() not in (None, "None", "")
+    legend = sweep.family_figure([_cell("max-batch", 2, bound=None)]).axes[0].get_legend()
+    assert "bound" not in [text.get_text() for text in legend.get_texts()]

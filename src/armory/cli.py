@@ -18,18 +18,19 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import tyro
 import yaml
 from tqdm import tqdm
 
+from armory.cli_text import tyro_text
 from armory.engine.config import ServerConfig
 from armory.fleet_spec import RequestMode
 from armory.policies.config import PolicyConfig, make_policy
 from armory.policies.mock import MockPolicyConfig
 from armory.scheduling.config import SchedulerConfig
-from armory.scheduling.registry import make_scheduler
+from armory.scheduling.registry import make_scheduler, scheduler_names
 from armory.sim import sweep
 from armory.sim.bound import fleet_bound
 from armory.sim.metrics import SimReport
@@ -39,6 +40,8 @@ from armory.transports.groot_config import GrootDoorConfig
 from armory.transports.lerobot_grpc import LeRobotDoorConfig
 
 USAGE_ERROR = 2
+_SCHEDULERS = ", ".join(scheduler_names())
+"""The valid scheduler names, as help text lists them."""
 
 
 class UsageError(Exception):
@@ -89,14 +92,21 @@ class SchedulerOptions:
         return SchedulerConfig(name=name, seed=seed, **dataclasses.asdict(self))
 
 
+SchedulerOptionsArg = Annotated[
+    SchedulerOptions, tyro.conf.OmitArgPrefixes, tyro.conf.arg(name="scheduler")
+]
+"""Scheduler options as flags without a prefix, in a help panel titled "scheduler"."""
+
+
 @dataclass(frozen=True)
 class Simulate:
     """Run one fleet against one scheduler in virtual time; print per-robot and fleet metrics."""
 
     fleet: Path
     """Fleet file (.yaml, .yml or .json); see docs/fleet-file.md."""
-    scheduler: str = SchedulerConfig.name
-    """Scheduler name; an unknown one lists the valid names."""
+    scheduler: Annotated[str, tyro.conf.arg(help=f"Scheduler: {_SCHEDULERS}.")] = (
+        SchedulerConfig.name
+    )
     duration_s: Annotated[float, tyro.conf.arg(aliases=("--duration",))] = 60.0
     """Seconds of virtual time."""
     seed: int = 0
@@ -107,7 +117,7 @@ class Simulate:
     """Compute the starvation bound (a linear program; slow for thousands of robots)."""
     max_robot_rows: int = 40
     """Print at most this many robots (the JSON report holds all)."""
-    scheduler_options: Annotated[SchedulerOptions, tyro.conf.OmitArgPrefixes] = SchedulerOptions()
+    scheduler_options: SchedulerOptionsArg = SchedulerOptions()
 
     def run(self) -> int:
         with _usage_errors():
@@ -130,8 +140,10 @@ class Sweep:
 
     fleets: tuple[Path, ...]
     """Fleet files, or directories whose .yaml/.yml/.json files are all fleets."""
-    schedulers: tuple[str, ...]
-    """Scheduler names."""
+    schedulers: Annotated[
+        tuple[str, ...],
+        tyro.conf.arg(help=f"Schedulers, each once: {_SCHEDULERS}."),
+    ]
     out_dir: Annotated[Path, tyro.conf.arg(name="out")]
     """Directory for results.csv, results.json and <family>.png."""
     num_seeds: Annotated[int, tyro.conf.arg(name="seeds")] = 1
@@ -142,7 +154,7 @@ class Sweep:
     """Worker processes (results do not depend on it)."""
     bound: bool = True
     """Compute each fleet's starvation bound."""
-    scheduler_options: Annotated[SchedulerOptions, tyro.conf.OmitArgPrefixes] = SchedulerOptions()
+    scheduler_options: SchedulerOptionsArg = SchedulerOptions()
 
     def run(self) -> int:
         with _usage_errors():
@@ -154,7 +166,8 @@ class Sweep:
                 raise ValueError("--fleets and --schedulers each need at least one value")
             if self.workers < 1:
                 raise ValueError(f"--workers must be >= 1, got {self.workers}")
-            configs = [self.scheduler_options.config(name, 0) for name in self.schedulers]
+            names = dict.fromkeys(self.schedulers)  # a repeat would read as more seeds
+            configs = [self.scheduler_options.config(name, 0) for name in names]
             for config in configs:
                 make_scheduler(config)
             fleets = sweep.load_fleets(self.fleets)
@@ -183,7 +196,8 @@ API_KEY_ENV = "ARMORY_API_KEY"
 
 @dataclass(frozen=True)
 class Serve:
-    """Serve a policy to many robots over the openpi WebSocket protocol, batched and scheduled."""
+    """Serve a policy to many robots through three doors (openpi WebSocket, GR00T ZeroMQ,
+    LeRobot gRPC), batching robots of every door together, scheduled."""
 
     host: str = "127.0.0.1"
     """Address to bind; 127.0.0.1 unless robots connect from other machines."""
@@ -203,7 +217,7 @@ class Serve:
     """The GR00T ZeroMQ door: --groot.port 5555 opens it."""
     lerobot: LeRobotDoorConfig = dataclasses.field(default_factory=LeRobotDoorConfig)
     """The LeRobot async-inference gRPC door: --lerobot.port 8080 opens it."""
-    scheduler_options: Annotated[SchedulerOptions, tyro.conf.OmitArgPrefixes] = SchedulerOptions()
+    scheduler_options: SchedulerOptionsArg = SchedulerOptions()
     policy: PolicyConfig = dataclasses.field(default_factory=MockPolicyConfig)
 
     def run(self) -> int:
@@ -333,15 +347,21 @@ Command = (
 )
 
 
+def _raise_usage_error(message: str) -> NoReturn:
+    raise UsageError(message)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``armory`` script; returns the exit status."""
-    command = tyro.cli(
-        Command,  # type: ignore[arg-type]
-        args=argv,
-        prog="armory",
-        description="Armory: batched, queue-aware serving of one robot policy to many robots.",
-    )
     try:
+        with tyro_text(_raise_usage_error):
+            command = tyro.cli(
+                Command,  # type: ignore[arg-type]
+                args=argv,
+                prog="armory",
+                description="Armory: batched, queue-aware serving of one robot policy to many "
+                "robots.",
+            )
         return command.run()
     except UsageError as exc:
         print(f"armory: error: {exc}", file=sys.stderr)

@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 
 from armory.fleet_spec import FleetSpec, load_fleet
 from armory.scheduling.config import SchedulerConfig
-from armory.scheduling.registry import make_scheduler
+from armory.scheduling.registry import make_scheduler, scheduler_names
 from armory.sim.bound import fleet_bound
 from armory.sim.simulator import SimConfig, simulate
 
@@ -91,12 +91,23 @@ class _Task:
 # ---- inputs ------------------------------------------------------------
 
 
+def natural_key(text: str) -> tuple[tuple[int, int | str], ...]:
+    """Sorts names as people do: numbers by value (``fleet-2`` before ``fleet-10``)."""
+    return tuple(
+        (0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", text) if part
+    )
+
+
 def fleet_paths(paths: Iterable[Path]) -> list[Path]:
-    """Fleet files named directly, then those directly inside each named directory (sorted)."""
+    """Fleet files named directly, then those directly inside each named directory (in
+    :func:`natural_key` order of their names)."""
     found: list[Path] = []
     for path in paths:
         if path.is_dir():
-            inside = sorted(p for p in path.iterdir() if p.suffix in FLEET_SUFFIXES)
+            inside = sorted(
+                (p for p in path.iterdir() if p.suffix in FLEET_SUFFIXES),
+                key=lambda p: natural_key(p.name),
+            )
             if not inside:
                 raise ValueError(f"{path}: no fleet files ({', '.join(FLEET_SUFFIXES)}) inside")
             found.extend(inside)
@@ -178,11 +189,13 @@ def run_grid(
 ) -> list[SweepRun]:
     """Simulate every fleet x scheduler x seed; runs in that nesting order.
 
-    Each run gets a fresh scheduler whose ``seed`` is the run's seed. ``on_run``
-    is called after each run (in grid order), e.g. to advance a progress bar.
+    Each run gets a fresh scheduler whose ``seed`` is the run's seed; a scheduler
+    configuration given twice runs once (its repeat would read as more seeds).
+    ``on_run`` is called after each run (in grid order), e.g. to advance a progress bar.
     """
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
+    schedulers = list(dict.fromkeys(schedulers))
     for config in schedulers:
         make_scheduler(config)  # an unknown name fails before any run
     bounds = {fleet.name: fleet_bound(fleet) if with_bound else None for fleet in fleets}
@@ -264,8 +277,22 @@ def _file_name(family: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", family) + ".png"
 
 
+def scheduler_color(name: str) -> str:
+    """The plot colour of a scheduler: fixed by its place in the registry, so a scheduler
+    keeps its colour whatever the order or the company it is swept in."""
+    names = scheduler_names()
+    index = names.index(name) if name in names else len(names)
+    return f"C{index % 10}"
+
+
 def plot_family(cells: Sequence[SweepCell], path: Path) -> None:
-    """Starvation and weighted throughput against fleet size, one line per scheduler."""
+    """Write :func:`family_figure` of one family's cells to ``path``."""
+    family_figure(cells).savefig(path, dpi=100)
+
+
+def family_figure(cells: Sequence[SweepCell]) -> Figure:
+    """Starvation and weighted throughput against fleet size, one line per scheduler
+    (coloured by :func:`scheduler_color`) and the bound where the sweep computed it."""
     family = cells[0].family
     fig = Figure(figsize=(11, 4.2), layout="constrained")
     starved_ax, weighted_ax = fig.subplots(1, 2)
@@ -273,20 +300,23 @@ def plot_family(cells: Sequence[SweepCell], path: Path) -> None:
     for scheduler in schedulers:
         mine = sorted((c for c in cells if c.scheduler == scheduler), key=lambda c: c.num_robots)
         sizes = [c.num_robots for c in mine]
-        starved_ax.plot(sizes, [100 * c.starvation for c in mine], marker="o", label=scheduler)
-        weighted_ax.plot(sizes, [c.weighted_throughput for c in mine], marker="o", label=scheduler)
+        style = dict(marker="o", label=scheduler, color=scheduler_color(scheduler))
+        starved_ax.plot(sizes, [100 * c.starvation for c in mine], **style)
+        weighted_ax.plot(sizes, [c.weighted_throughput for c in mine], **style)
     bound = sorted(
         {(c.num_robots, c.bound_starvation) for c in cells if c.bound_starvation is not None}
     )
     if bound:
-        starved_ax.plot([n for n, _ in bound], [100 * b for _, b in bound], "k--", label="bound")
+        # The marker draws a one-fleet bound too, where a dashed line alone would not show.
+        sizes, bounds = [n for n, _ in bound], [100 * b for _, b in bound]
+        starved_ax.plot(sizes, bounds, "k--", marker="_", markersize=14, label="bound")
     starved_ax.set(xlabel="robots", ylabel="starvation (% of ticks)", title="starvation")
     weighted_ax.set(xlabel="robots", ylabel="weighted actions / s", title="weighted throughput")
     for ax in (starved_ax, weighted_ax):
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
     fig.suptitle(family)
-    fig.savefig(path, dpi=100)
+    return fig
 
 
 def plot_families(cells: Sequence[SweepCell], out_dir: Path) -> list[Path]:
