@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from armory.cli_text import tyro_text
 from armory.engine.config import ServerConfig
+from armory.eval.command import Eval, EvalError
 from armory.fleet_spec import RequestMode
 from armory.policies.config import PolicyConfig, make_policy
 from armory.policies.mock import MockPolicyConfig
@@ -344,6 +345,7 @@ Command = (
     | Annotated[Sweep, tyro.conf.subcommand("sweep")]
     | Annotated[Serve, tyro.conf.subcommand("serve")]
     | Annotated[Fleet, tyro.conf.subcommand("fleet")]
+    | Annotated[Eval, tyro.conf.subcommand("eval")]
 )
 
 
@@ -363,7 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "robots.",
             )
         return command.run()
-    except UsageError as exc:
+    except (UsageError, EvalError) as exc:
         print(f"armory: error: {exc}", file=sys.stderr)
         return USAGE_ERROR
 

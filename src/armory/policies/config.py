@@ -11,6 +11,7 @@ from typing import Annotated
 import tyro
 
 from armory.policies.base import Policy
+from armory.policies.expert import ExpertPolicyConfig
 from armory.policies.lerobot import LeRobotPolicyConfig
 from armory.policies.mock import MockPolicyConfig
 from armory.policies.python import PythonPolicyConfig
@@ -23,6 +24,7 @@ PolicyConfig = (
     | Annotated[ReplayPolicyConfig, tyro.conf.subcommand("replay")]
     | Annotated[MockWorkerPolicyConfig, tyro.conf.subcommand("mock-worker")]
     | Annotated[LeRobotPolicyConfig, tyro.conf.subcommand("lerobot")]
+    | Annotated[ExpertPolicyConfig, tyro.conf.subcommand("expert")]
 )
 
 
@@ -31,7 +33,8 @@ def make_policy(
     | PythonPolicyConfig
     | ReplayPolicyConfig
     | MockWorkerPolicyConfig
-    | LeRobotPolicyConfig,
+    | LeRobotPolicyConfig
+    | ExpertPolicyConfig,
 ) -> Policy:
     """A new policy for ``config``."""
     return config.make()

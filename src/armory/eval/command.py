@@ -1,0 +1,181 @@
+"""``armory eval ENV [POLICY]``: task success of a served policy on simulated robots.
+
+Either ``--server HOST:PORT`` names a running ``armory serve`` (any policy), or a
+server is started here, on 127.0.0.1 and a free port, with the given policy
+(default ``policy:expert``) and ``--serve.*`` options (scheduler, max batch).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+import tyro
+from tqdm import tqdm
+
+from armory.engine.config import ServerConfig
+from armory.eval.plan import EvalPlan
+from armory.eval.pusht import PushTConfig
+from armory.eval.results import format_table
+from armory.eval.runner import EvalError, prepare, run_eval, write_results
+from armory.eval.so101 import So101PickConfig
+from armory.eval.variation import VariationConfig
+from armory.policies.config import PolicyConfig, make_policy
+from armory.policies.expert import ExpertPolicyConfig
+
+EnvChoice = (
+    Annotated[So101PickConfig, tyro.conf.subcommand("so101-pick")]
+    | Annotated[PushTConfig, tyro.conf.subcommand("pusht")]
+)
+
+API_KEY_ENV = "ARMORY_API_KEY"
+REQUEST_MODES = ("directed", "threshold", "every-tick")
+
+
+@tyro.conf.configure(tyro.conf.CascadeSubcommandArgs)
+@dataclass(frozen=True)
+class Eval:
+    """Evaluate a served policy on simulated robots: success rate (95% Wilson interval),
+    starvation, chunk latency; results.json and a table."""
+
+    env: EnvChoice = field(default_factory=So101PickConfig)
+    policy: PolicyConfig = field(default_factory=ExpertPolicyConfig)
+    """The policy of the in-process server (ignored with --server)."""
+    robots: int = 1
+    """Simulated robots at once, each an environment in its own process."""
+    episodes: int = 10
+    """Episodes in all, spread over the robots."""
+    episode_time_s: float = 30.0
+    """Simulated seconds before an unfinished episode counts as a failure."""
+    seed: int = 0
+    """Seeds each episode's scene (and the in-process scheduler)."""
+    out: Path = Path("eval-results")
+    """Directory for results.json."""
+    time_scale: float = 1.0
+    """Robots tick at this times their rate and the in-process policy's emulated latency
+    is divided by it (0.25: a quarter speed with the same queue dynamics)."""
+    server: str | None = None
+    """HOST:PORT of a running armory serve; None starts one here for the run."""
+    serve: ServerConfig = field(default_factory=ServerConfig)
+    """Options of the in-process server (scheduler, max batch size, ...)."""
+    request_mode: str = "directed"
+    """How robots ask for chunks: directed, threshold or every-tick."""
+    mapping: dict[str, str] = field(default_factory=dict)
+    """Rename observation entries to the policy's input names: ENV_KEY POLICY_KEY ..."""
+    variation: VariationConfig = field(default_factory=VariationConfig)
+    scene: dict[str, float] = field(default_factory=dict)
+    """Axis values set by hand for every episode: AXIS VALUE ... (checked against the
+    axis's limits before anything starts)."""
+    api_key: str | None = None
+    """Send 'Authorization: Api-Key <key>' (default: $ARMORY_API_KEY if set)."""
+    progress: bool = True
+    """Show a progress bar."""
+
+    def run(self) -> int:
+        """Run the evaluation; raises EvalError (one line) for what cannot be done."""
+        try:
+            return self._run()
+        except (ValueError, OSError) as exc:
+            raise EvalError(" ".join(str(exc).split())) from exc
+
+    def _run(self) -> int:
+        if self.request_mode not in REQUEST_MODES:
+            raise ValueError(
+                f"unknown request mode {self.request_mode!r}; valid: {', '.join(REQUEST_MODES)}"
+            )
+        api_key = self.api_key or os.environ.get(API_KEY_ENV) or None
+        if self.server is not None:
+            return self._evaluate(_uri(self.server), api_key, {"in_process_server": False}, None)
+        from armory.serve import ArmoryServer, ServerThread
+
+        policy_config = self._scaled_policy()
+        policy = make_policy(policy_config)
+        ticket = _ticket(policy_config, policy)
+        server = ArmoryServer(policy, self.serve, host="127.0.0.1", port=0, api_key=api_key)
+        info = {
+            "in_process_server": True,
+            "policy_config": _plain(dataclasses.asdict(policy_config)),
+            "max_batch_size": self.serve.max_batch_size,
+        }
+        with ServerThread(server) as thread:
+            return self._evaluate(thread.uri, api_key, info, ticket)
+
+    def _scaled_policy(self) -> Any:
+        """The policy config with its emulated latency divided by the time scale."""
+        if isinstance(self.policy, ExpertPolicyConfig):
+            scale = self.policy.latency_scale / self.time_scale
+            return dataclasses.replace(self.policy, latency_scale=scale)
+        return self.policy
+
+    def _evaluate(
+        self, uri: str, api_key: str | None, info: dict[str, Any], ticket: dict[str, Any] | None
+    ) -> int:
+        plan = EvalPlan(
+            env=self.env,
+            uri=uri,
+            num_robots=self.robots,
+            num_episodes=self.episodes,
+            episode_time_s=self.episode_time_s,
+            seed=self.seed,
+            time_scale=self.time_scale,
+            request_mode=self.request_mode,
+            mapping=self.mapping,
+            variation=self.variation,
+            scene=self.scene,
+            ticket=ticket,
+            api_key=api_key,
+            run_info=info,
+        )
+        prepared = prepare(plan)
+        with tqdm(
+            total=self.episodes,
+            desc="eval",
+            unit="episode",
+            file=sys.stderr,
+            disable=not self.progress,
+        ) as bar:
+            run = run_eval(prepared, on_episode=lambda _: bar.update())
+        path = write_results(run, self.out)
+        print(format_table(run.summary, run.info))
+        print(f"\nwrote {path}")
+        return 0
+
+
+def _uri(server: str) -> str:
+    """ws://HOST:PORT of ``--server`` (HOST:PORT or a ws:// URI)."""
+    if server.startswith(("ws://", "wss://")):
+        return server
+    host, sep, port = server.rpartition(":")
+    if not (sep and host and port.isdigit() and 0 < int(port) <= 65535):
+        raise ValueError(f"--server must look like HOST:PORT, got {server!r}")
+    return f"ws://{host}:{port}"
+
+
+def _ticket(config: Any, policy: Any) -> dict[str, Any] | None:
+    """The identity of the policy's fixed noise (schema, shape, SHA-256, seed or path)."""
+    noise = getattr(policy, "noise", None)
+    if noise is None:
+        return None
+    noise_config = getattr(config, "noise", None)
+    return {
+        "shape": list(noise.array.shape),
+        "sha256": noise.sha256,
+        "seed": getattr(noise_config, "seed", None),
+        "path": None if getattr(noise_config, "ticket", None) is None else str(noise_config.ticket),
+    }
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with paths as strings (for JSON)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return str(value) if isinstance(value, Path) else value
+
+
+__all__ = ["Eval", "EvalError"]

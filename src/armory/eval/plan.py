@@ -1,0 +1,46 @@
+"""One evaluation's settings, fully decided and checked (``armory eval`` builds it)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from armory.eval.environment import EnvConfig
+from armory.eval.variation import VariationConfig
+
+
+@dataclass(frozen=True)
+class EvalPlan:
+    """One evaluation, fully decided (checked by :func:`prepare`)."""
+
+    env: EnvConfig
+    """The environment (an ``env:`` config)."""
+    uri: str
+    """ws://host:port of the policy server."""
+    num_robots: int
+    num_episodes: int
+    episode_time_s: float
+    seed: int
+    time_scale: float = 1.0
+    request_mode: str = "directed"
+    mapping: Mapping[str, str] = field(default_factory=dict)
+    variation: VariationConfig = field(default_factory=VariationConfig)
+    scene: Mapping[str, float] = field(default_factory=dict)
+    ticket: Mapping[str, Any] | None = None
+    api_key: str | None = None
+    connect_timeout_s: float = 10.0
+    request_timeout_s: float = 30.0
+    run_info: Mapping[str, Any] = field(default_factory=dict)
+    """Recorded in results.json as given (policy, scheduler, server, ...)."""
+
+    def __post_init__(self) -> None:
+        if self.num_robots < 1 or self.num_episodes < 1:
+            raise ValueError(
+                f"--robots and --episodes must be >= 1, got {self.num_robots} and "
+                f"{self.num_episodes}"
+            )
+        if not self.episode_time_s > 0:
+            raise ValueError(f"--episode-time-s must be > 0, got {self.episode_time_s}")
+        if not 0 < self.time_scale <= 10:
+            raise ValueError(f"--time-scale must be in (0, 10], got {self.time_scale}")

@@ -1,0 +1,219 @@
+"""One simulated robot in its own process: an environment driven by the client runtime.
+
+The process makes its environment once (a renderer stays on the thread that made
+it), then takes episode numbers from a shared queue until it gets None. Each
+episode is a fresh :class:`~armory_client.RobotRuntime` with its own connection to
+the server: the robot ticks at the environment's rate times the time scale, the
+environment steps once per tick with the action executed (a held action on an
+empty queue after the first chunk; nothing before it), and the episode ends when
+the environment terminates or after ``episode_time_s`` of simulated time. Each
+result goes back on the results queue as a plain dict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from armory_client import AsyncPolicyClient, RobotRuntime, RuntimeConfig
+
+from armory.eval.environment import Environment
+from armory.eval.mapping import map_observation
+from armory.eval.plan import EvalPlan
+from armory.eval.results import EpisodeResult
+from armory.eval.variation import Axis, scenario
+
+TICKET_SCHEMA = "armory-noise-ticket-v1"
+"""Schema name of a ticket record (a noise ticket as :mod:`armory.policies.noise` makes it)."""
+
+_HISTORY_LEN = 64
+"""Tick and request records each episode's runtime keeps (its summary counts them all)."""
+
+
+@dataclass(frozen=True)
+class RobotJob:
+    """Everything one robot process needs (sent to it pickled, by the parent)."""
+
+    robot_id: str
+    plan: EvalPlan
+    """The run's settings (environment, server, episodes, variation, ...)."""
+    inputs: Mapping[str, Any]
+    """The policy's declared inputs (its metadata frame)."""
+    action_horizon: int
+    """Actions per chunk the policy returns (the most a robot plays of one)."""
+    axes: Mapping[str, Axis]
+    """The environment's variation axes."""
+
+
+def scene_seed(seed: int, episode: int) -> int:
+    """The environment's own seed of ``episode`` (block and goal placement, ...)."""
+    return int(np.random.SeedSequence([seed, episode]).generate_state(1)[0])
+
+
+class EnvRobot:
+    """The `Robot` a runtime drives: steps the environment, ends the episode."""
+
+    def __init__(
+        self,
+        env: Environment,
+        *,
+        mapping: Mapping[str, str],
+        inputs: Mapping[str, Any],
+        max_steps: int,
+    ) -> None:
+        self.env = env
+        self.runtime: RobotRuntime | None = None
+        """Set before the runtime runs; stopped when the episode ends."""
+        self._mapping = mapping
+        self._inputs = inputs
+        self.max_steps = max_steps
+        self.num_steps = 0
+        self.reward = 0.0
+        self.success = False
+        self.terminated = False
+        self.age_ticks_sum = 0
+        """Sum over executed actions of the ticks since their chunk's observation."""
+        self.num_aged = 0
+
+    @property
+    def done(self) -> bool:
+        return self.terminated or self.num_steps >= self.max_steps
+
+    def get_observation(self) -> dict[str, Any]:
+        """Called by the runtime when it sends an observation."""
+        return map_observation(self.env.observation(), self._mapping, self._inputs)
+
+    def send_action(self, action: np.ndarray) -> None:
+        """Called by the runtime on each tick with an action: one environment step."""
+        if self.done:
+            return
+        result = self.env.step(np.asarray(action))
+        self.num_steps += 1
+        self.reward += result.reward
+        self.success = self.success or result.success
+        self.terminated = result.terminated
+        queue = self.runtime.queue if self.runtime is not None else None
+        if queue is not None and queue.chunk_start is not None:
+            self.age_ticks_sum += max(0, queue.action_index - 1 - queue.chunk_start)
+            self.num_aged += 1
+        if self.done and self.runtime is not None:
+            self.runtime.stop()
+
+
+class TicketClient:
+    """An `InferClient` that notes the noise ticket each reply names."""
+
+    def __init__(self, client: AsyncPolicyClient) -> None:
+        self._client = client
+        self.sha256s: set[str] = set()
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return self._client.metadata
+
+    async def connect(self) -> Any:
+        return await self._client.connect()
+
+    async def infer(self, obs: Mapping[str, Any]) -> dict[str, Any]:
+        reply = await self._client.infer(obs)
+        timing = reply.get("policy_timing")
+        if isinstance(timing, Mapping) and isinstance(timing.get("noise_sha256"), str):
+            self.sha256s.add(timing["noise_sha256"])
+        return reply
+
+    async def close(self) -> None:
+        await self._client.close()
+
+
+async def run_episode(job: RobotJob, env: Environment, episode: int) -> EpisodeResult:
+    """Reset ``env`` for ``episode`` and run it against the server; returns its record."""
+    plan = job.plan
+    chosen = scenario(job.axes, plan.variation, episode, plan.scene)
+    seed = scene_seed(plan.seed, episode)
+    reset = env.reset(seed=seed, episode=episode, scenario=chosen)
+    chosen = dataclasses.replace(chosen, not_applied=tuple(reset.not_applied))
+    max_steps = max(1, round(plan.episode_time_s * env.control_hz))
+    robot = EnvRobot(env, mapping=plan.mapping, inputs=job.inputs, max_steps=max_steps)
+    client = TicketClient(
+        AsyncPolicyClient(
+            plan.uri,
+            None,
+            api_key=plan.api_key,
+            connect_timeout_s=plan.connect_timeout_s,
+            request_timeout_s=plan.request_timeout_s,
+        )
+    )
+    control_hz = env.control_hz * plan.time_scale
+    # The episode's steps start with its first chunk: allow that wait, then some slack.
+    wall_limit_s = 1.5 * max_steps / control_hz + plan.request_timeout_s
+    runtime = RobotRuntime(
+        robot,
+        client,
+        RuntimeConfig(
+            robot_id=job.robot_id,
+            control_hz=control_hz,
+            max_execution_horizon=job.action_horizon,
+            request_mode=plan.request_mode,
+            duration_s=wall_limit_s,
+            history_len=_HISTORY_LEN,
+        ),
+    )
+    robot.runtime = runtime
+    started_s = time.monotonic()
+    summary = await runtime.run()
+    wall_s = time.monotonic() - started_s
+    return EpisodeResult(
+        episode=episode,
+        robot=job.robot_id,
+        scene_seed=seed,
+        success=robot.success,
+        num_steps=robot.num_steps,
+        sim_time_s=robot.num_steps / env.control_hz,
+        reward=robot.reward,
+        terminated=robot.terminated,
+        scenario=dataclasses.asdict(chosen),
+        ticket=_ticket(plan.ticket, client.sha256s),
+        starvation=summary.starvation,
+        num_starved_ticks=summary.num_starved_ticks,
+        num_counted_ticks=summary.num_counted_ticks,
+        mean_chunk_latency_s=summary.mean_round_trip_s,
+        mean_observation_age_s=(
+            robot.age_ticks_sum / robot.num_aged / env.control_hz if robot.num_aged else None
+        ),
+        num_requests=summary.num_requests,
+        num_request_errors=summary.num_request_errors,
+        wall_s=wall_s,
+    )
+
+
+def _ticket(chosen: Mapping[str, Any] | None, served: set[str]) -> dict[str, Any] | None:
+    """The ticket record of an episode: what the run chose (if it did) and the SHA-256s
+    its replies named."""
+    if chosen is None and not served:
+        return None
+    record = {"schema": TICKET_SCHEMA, **(chosen or {})}
+    record["served_sha256"] = sorted(served)
+    return record
+
+
+def robot_main(job: RobotJob, episodes: Any, results: Any) -> None:
+    """The robot process: run episodes from ``episodes`` (None ends) and put
+    ``("episode", dict)`` or ``("error", robot_id, message)`` on ``results``."""
+    env: Environment | None = None
+    try:
+        env = job.plan.env.make()
+        while (episode := episodes.get()) is not None:
+            result = asyncio.run(run_episode(job, env, episode))
+            results.put(("episode", dataclasses.asdict(result)))
+    except BaseException as exc:  # reported to the parent, which stops the run
+        detail = traceback.format_exc(limit=3)
+        results.put(("error", job.robot_id, f"{type(exc).__name__}: {exc}", detail))
+    finally:
+        if env is not None:
+            env.close()
