@@ -34,7 +34,7 @@ def test_simulate_prints_tables_and_writes_the_json_report(
         "starvation",
         "throughput_actions_per_s",
         "weighted_throughput",
-        "jain_starvation",
+        "jain_service",
         "bound_starvation",
         "mean_batch_size",
     ):

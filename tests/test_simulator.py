@@ -204,7 +204,7 @@ def test_robot_never_served_starves_on_every_tick() -> None:
     assert ignored.actions_per_s == 0.0
     assert ignored.mean_age_s == 0.0
     assert report.system.starvation == pytest.approx(0.5, abs=0.02)
-    assert report.system.jain_starvation == pytest.approx(0.5)
+    assert report.system.jain_service == pytest.approx(0.5)
 
 
 class ServeSecondLate(Scheduler):
@@ -247,7 +247,7 @@ def test_fleet_never_served_reports_full_starvation_and_no_batches() -> None:
     assert system.gpu_utilization == 0.0
     assert system.inferences_per_s == 0.0
     assert system.throughput_actions_per_s == 0.0
-    assert system.jain_starvation == 1.0
+    assert system.jain_service == 1.0
 
 
 # ---- batch invariants -----------------------------------------------------
@@ -289,7 +289,7 @@ def test_report_fields_are_consistent(name: str, request_mode: RequestMode) -> N
 
     assert 0.0 <= system.starvation <= 1.0
     assert all(0.0 <= r.starvation <= 1.0 for r in report.robots)
-    assert 0.0 < system.jain_starvation <= 1.0
+    assert 0.0 < system.jain_service <= 1.0
     assert 0.0 < system.gpu_utilization <= 1.0
 
     histogram = system.batch_size_histogram

@@ -91,7 +91,7 @@ def test_two_fleets_with_one_name_are_rejected(tmp_path: Path) -> None:
 def test_aggregate_means_over_seeds() -> None:
     """A cell holds the mean starvation and weighted throughput over its seeds."""
     base = dict(fleet="f-2", num_robots=2, scheduler="s", bound_starvation=0.1)
-    stats = dict(throughput=1.0, jain=1.0, mean_batch_size=1.0)
+    stats = dict(throughput=1.0, jain_service=1.0, mean_batch_size=1.0)
     runs = [
         sweep.SweepRun(**base, **stats, seed=0, starvation=0.2, weighted_throughput=10.0),
         sweep.SweepRun(**base, **stats, seed=1, starvation=0.4, weighted_throughput=20.0),

@@ -74,8 +74,12 @@ class SystemMetrics:
     throughput_actions_per_s: float
     weighted_throughput: float
     """Sum over robots of weight * actions per second."""
-    jain_starvation: float
-    """Jain's index over per-robot starvation (1.0 = equal shares; all zero counts as 1.0)."""
+    jain_service: float
+    """Fairness: Jain's index over per-robot service, the fraction of counted ticks with
+    an action to execute (1 - starvation). 1.0 when every robot is served alike, down
+    to 1/n when one robot gets all the service; a fleet that starves nobody reads 1.0,
+    and one robot starved 0.2% of its ticks moves it by less than 0.001. (Over
+    starvation itself, the index would read 1/n, the least fair, for that fleet.)"""
     bound_starvation: float | None
     """The least starvation any scheduler could reach (fluid LP); None when not computed."""
     mean_batch_size: float
@@ -183,7 +187,7 @@ def make_report(
         starvation=starved / counted if counted else 0.0,
         throughput_actions_per_s=sum(r.actions_per_s for r in robots),
         weighted_throughput=sum(r.weight * r.actions_per_s for r in robots),
-        jain_starvation=jain_index([r.starvation for r in robots]),
+        jain_service=jain_index([1.0 - r.starvation for r in robots]),
         bound_starvation=bound_starvation,
         mean_batch_size=num_inferences / num_batches if num_batches else 0.0,
         num_batches=num_batches,

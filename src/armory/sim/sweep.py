@@ -38,7 +38,7 @@ CSV_COLUMNS = (
     "bound_starvation",
     "throughput",
     "weighted_throughput",
-    "jain",
+    "jain_service",
     "mean_batch_size",
 )
 
@@ -58,8 +58,9 @@ class SweepRun:
     throughput: float
     """Actions executed per second, all robots together."""
     weighted_throughput: float
-    jain: float
-    """Jain's index over per-robot starvation."""
+    jain_service: float
+    """Fairness: Jain's index over per-robot service, 1 - starvation (see
+    :class:`~armory.sim.metrics.SystemMetrics`)."""
     mean_batch_size: float
 
 
@@ -172,7 +173,7 @@ def _run_task(task: _Task) -> SweepRun:
         bound_starvation=task.bound_starvation,
         throughput=s.throughput_actions_per_s,
         weighted_throughput=s.weighted_throughput,
-        jain=s.jain_starvation,
+        jain_service=s.jain_service,
         mean_batch_size=s.mean_batch_size,
     )
 

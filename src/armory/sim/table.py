@@ -76,7 +76,8 @@ def format_system(report: SimReport) -> str:
         ("bound", _percent(s.bound_starvation) + " (least starvation any scheduler can reach)"),
         ("throughput", f"{s.throughput_actions_per_s:.2f} actions/s"),
         ("weighted throughput", f"{s.weighted_throughput:.2f}"),
-        ("Jain (starvation)", f"{s.jain_starvation:.3f}"),
+        ("fairness", f"{s.jain_service:.3f} (Jain's index over robots' 1 - starvation)"),
+        ("worst robot", _worst_robot(report)),
         ("mean batch size", f"{s.mean_batch_size:.2f} over {s.num_batches} batches"),
         ("GPU utilization", _percent(s.gpu_utilization)),
         ("freshness", f"{1e3 * s.mean_age_s:.0f} ms mean observation age per action"),
@@ -85,6 +86,14 @@ def format_system(report: SimReport) -> str:
         lines.append(("sent", f"{_kilobytes(s.bytes_sent_per_robot_per_s)} KB/s per robot"))
     width = max(len(name) for name, _ in lines)
     return "\n".join(f"{name + ':':<{width + 1}} {value}" for name, value in lines)
+
+
+def _worst_robot(report: SimReport) -> str:
+    """The most starved robot and its starvation, or '-' for a run without robots."""
+    if not report.robots:
+        return "-"
+    worst = max(report.robots, key=lambda r: r.starvation)
+    return f"{_percent(worst.starvation)} starved ({worst.id})"
 
 
 def format_report(report: SimReport, *, max_robot_rows: int = 40) -> str:
