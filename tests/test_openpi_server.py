@@ -496,7 +496,7 @@ def test_port_in_use_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> Non
         with pytest.raises(OSError):
             ServerThread(ArmoryServer(make_mock(), port=port)).start()
         assert main(["serve", "--port", str(port), "--log-level", "ERROR"]) == 2
-    assert f"cannot serve on 127.0.0.1:{port}" in capsys.readouterr().err
+    assert f"the openpi door cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
 
 
 def test_a_server_needs_at_least_one_door_and_can_be_asked_to_stop() -> None:

@@ -268,10 +268,8 @@ class Serve:
         )
         try:
             return run_server(server)
-        except OSError as exc:  # e.g. the port is taken
-            raise UsageError(
-                f"cannot serve on {self.host}:{self.port}: {exc.strerror or exc}"
-            ) from exc
+        except OSError as exc:  # e.g. a door's port is taken: the message names the door
+            raise UsageError(f"cannot serve: {exc}") from exc
 
 
 @dataclass(frozen=True)

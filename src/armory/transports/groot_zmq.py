@@ -41,6 +41,7 @@ from armory.transports.groot_protocol import (
     error_reply,
     get_action_parts,
 )
+from armory.transports.listen import ListenError, bind_failure
 from armory.transports.off_loop import RECEIVE_HEADROOM, decode_off_loop
 
 logger = logging.getLogger(__name__)
@@ -107,11 +108,16 @@ class GrootZmqTransport(Transport):
         # waits forever for a reply that never comes).
         limit = self.engine.config.max_message_bytes
         socket.setsockopt(zmq.MAXMSGSIZE, RECEIVE_HEADROOM * limit)
-        if self.config.port == 0:
-            self._port = socket.bind_to_random_port(f"tcp://{self.host}")
-        else:
-            socket.bind(f"tcp://{self.host}:{self.config.port}")
-            self._port = self.config.port
+        try:
+            if self.config.port == 0:
+                self._port = socket.bind_to_random_port(f"tcp://{self.host}")
+            else:
+                socket.bind(f"tcp://{self.host}:{self.config.port}")
+                self._port = self.config.port
+        except zmq.ZMQError as exc:
+            socket.close()
+            address = f"tcp://{self.host}:{self.config.port}"
+            raise ListenError("GR00T", address, bind_failure(exc)) from None
         self._socket = socket
         self._loop_task = asyncio.ensure_future(self._receive_loop())
         if self.engine.config.tls:

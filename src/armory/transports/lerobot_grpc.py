@@ -67,6 +67,7 @@ from armory.transports.lerobot_protocol import (
     map_observation,
     resolve_mapping,
 )
+from armory.transports.listen import ListenError, check_free
 from armory.transports.tls import pem_key_pair
 
 try:
@@ -306,15 +307,16 @@ class LeRobotGrpcTransport(Transport):
         server.add_generic_rpc_handlers((self._handlers(),))
         address = _address(self.host, self.config.port or 0)
         key_pair = pem_key_pair(self.engine.config) if self._tls else None
+        check_free("LeRobot", self.host, self.config.port or 0)  # gRPC would log its own line
         try:
             if key_pair is None:
                 port = server.add_insecure_port(address)
             else:
                 port = server.add_secure_port(address, grpc.ssl_server_credentials([key_pair]))
         except RuntimeError as exc:
-            raise OSError(f"LeRobot door: cannot listen on {address}: {exc}") from None
+            raise ListenError("LeRobot", address, exc) from None
         if port == 0:
-            raise OSError(f"LeRobot door: cannot listen on {address}")
+            raise ListenError("LeRobot", address, "gRPC bound no port")
         await server.start()
         self._server, self._port = server, port
         self._sweeper = asyncio.ensure_future(self._sweep())

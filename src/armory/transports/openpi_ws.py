@@ -28,6 +28,7 @@ from armory.engine.server_engine import AcceptedRequest, ServerEngine
 from armory.engine.session import Session
 from armory.transports import http
 from armory.transports.base import Transport
+from armory.transports.listen import ListenError, bind_failure
 from armory.transports.off_loop import decode_off_loop
 from armory.transports.openpi_protocol import (
     ERROR_CLOSE_CODE,
@@ -82,17 +83,22 @@ class OpenpiWebSocketTransport(Transport):
 
     async def start(self) -> None:
         config = self.engine.config
-        self._server = await serve(
-            self._handle,
-            self.host,
-            self._requested_port,
-            process_request=self._process_request,
-            compression=None,
-            max_size=config.max_message_bytes,
-            close_timeout=config.close_timeout_s,
-            server_header="armory",
-            ssl=server_ssl_context(config),
-        )
+        ssl = server_ssl_context(config)  # a bad certificate file is not a port problem
+        try:
+            self._server = await serve(
+                self._handle,
+                self.host,
+                self._requested_port,
+                process_request=self._process_request,
+                compression=None,
+                max_size=config.max_message_bytes,
+                close_timeout=config.close_timeout_s,
+                server_header="armory",
+                ssl=ssl,
+            )
+        except OSError as exc:
+            address = f"{self.host}:{self._requested_port}"
+            raise ListenError("openpi", address, bind_failure(exc)) from None
 
     async def stop(self) -> None:
         if self._server is None:
