@@ -20,6 +20,7 @@ from tqdm import tqdm
 from armory.engine.config import ServerConfig
 from armory.eval.plan import EvalPlan
 from armory.eval.pusht import PushTConfig
+from armory.eval.recording import RecordConfig, write_dataset
 from armory.eval.results import format_table
 from armory.eval.runner import EvalError, prepare, run_eval, write_results
 from armory.eval.so101 import So101PickConfig
@@ -70,6 +71,8 @@ class Eval:
     scene: dict[str, float] = field(default_factory=dict)
     """Axis values set by hand for every episode: AXIS VALUE ... (checked against the
     axis's limits before anything starts)."""
+    record: RecordConfig = field(default_factory=RecordConfig)
+    """Record every episode as a LeRobot v3 dataset (--record.dir DIR)."""
     api_key: str | None = None
     """Send 'Authorization: Api-Key <key>' (default: $ARMORY_API_KEY if set)."""
     progress: bool = True
@@ -127,6 +130,7 @@ class Eval:
             variation=self.variation,
             scene=self.scene,
             ticket=ticket,
+            record=self.record,
             api_key=api_key,
             run_info=info,
         )
@@ -142,6 +146,12 @@ class Eval:
         path = write_results(run, self.out)
         print(format_table(run.summary, run.info))
         print(f"\nwrote {path}")
+        if self.record.enabled:
+            try:
+                root = write_dataset(self.record, self.record.staging, run.info["control_hz"])
+            except RuntimeError as exc:
+                raise EvalError(str(exc)) from exc
+            print(f"wrote LeRobot dataset {root}")
         return 0
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from armory.eval.environment import EnvConfig
+from armory.eval.recording import RecordConfig
 from armory.eval.variation import VariationConfig
 
 
@@ -31,6 +32,8 @@ class EvalPlan:
     api_key: str | None = None
     connect_timeout_s: float = 10.0
     request_timeout_s: float = 30.0
+    record: RecordConfig = field(default_factory=RecordConfig)
+    """Record every episode as a LeRobot dataset (``--record.dir``)."""
     run_info: Mapping[str, Any] = field(default_factory=dict)
     """Recorded in results.json as given (policy, scheduler, server, ...)."""
 

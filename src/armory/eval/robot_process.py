@@ -26,6 +26,7 @@ from armory_client import AsyncPolicyClient, RobotRuntime, RuntimeConfig
 from armory.eval.environment import Environment
 from armory.eval.mapping import map_observation
 from armory.eval.plan import EvalPlan
+from armory.eval.recording import EpisodeRecorder
 from armory.eval.results import EpisodeResult
 from armory.eval.variation import Axis, scenario
 
@@ -49,6 +50,8 @@ class RobotJob:
     """Actions per chunk the policy returns (the most a robot plays of one)."""
     axes: Mapping[str, Axis]
     """The environment's variation axes."""
+    run_info: Mapping[str, Any]
+    """Policy, server and scheduler, recorded with each staged episode."""
 
 
 def scene_seed(seed: int, episode: int) -> int:
@@ -66,8 +69,11 @@ class EnvRobot:
         mapping: Mapping[str, str],
         inputs: Mapping[str, Any],
         max_steps: int,
+        recorder: EpisodeRecorder | None = None,
     ) -> None:
         self.env = env
+        self.recorder = recorder
+        """Keeps each step's observation and action when the run records."""
         self.runtime: RobotRuntime | None = None
         """Set before the runtime runs; stopped when the episode ends."""
         self._mapping = mapping
@@ -93,6 +99,8 @@ class EnvRobot:
         """Called by the runtime on each tick with an action: one environment step."""
         if self.done:
             return
+        if self.recorder is not None:
+            self.recorder.add(self.env.observation(), action)
         result = self.env.step(np.asarray(action))
         self.num_steps += 1
         self.reward += result.reward
@@ -139,7 +147,10 @@ async def run_episode(job: RobotJob, env: Environment, episode: int) -> EpisodeR
     reset = env.reset(seed=seed, episode=episode, scenario=chosen)
     chosen = dataclasses.replace(chosen, not_applied=tuple(reset.not_applied))
     max_steps = max(1, round(plan.episode_time_s * env.control_hz))
-    robot = EnvRobot(env, mapping=plan.mapping, inputs=job.inputs, max_steps=max_steps)
+    recorder = EpisodeRecorder() if plan.record.enabled else None
+    robot = EnvRobot(
+        env, mapping=plan.mapping, inputs=job.inputs, max_steps=max_steps, recorder=recorder
+    )
     client = TicketClient(
         AsyncPolicyClient(
             plan.uri,
@@ -168,7 +179,7 @@ async def run_episode(job: RobotJob, env: Environment, episode: int) -> EpisodeR
     started_s = time.monotonic()
     summary = await runtime.run()
     wall_s = time.monotonic() - started_s
-    return EpisodeResult(
+    result = EpisodeResult(
         episode=episode,
         robot=job.robot_id,
         scene_seed=seed,
@@ -190,6 +201,10 @@ async def run_episode(job: RobotJob, env: Environment, episode: int) -> EpisodeR
         num_request_errors=summary.num_request_errors,
         wall_s=wall_s,
     )
+    if recorder is not None:
+        record = {**dataclasses.asdict(result), "task": env.task, **job.run_info}
+        recorder.save(plan.record.staging, episode, record)
+    return result
 
 
 def _ticket(chosen: Mapping[str, Any] | None, served: set[str]) -> dict[str, Any] | None:

@@ -71,9 +71,9 @@ async def server_metadata(plan: EvalPlan) -> dict[str, Any]:
         await client.close()
 
 
-def check_observation(plan: EvalPlan, axes: Mapping[str, Axis], inputs: Mapping[str, Any]) -> None:
+def check_observation(plan: EvalPlan, axes: Mapping[str, Axis], inputs: Mapping[str, Any]) -> float:
     """Make the environment here once and check that its first observation feeds
-    ``inputs`` (raises MappingError listing every misfit)."""
+    ``inputs`` (raises MappingError listing every misfit); returns its control rate."""
     env = plan.env.make()
     try:
         env.reset(
@@ -82,6 +82,7 @@ def check_observation(plan: EvalPlan, axes: Mapping[str, Axis], inputs: Mapping[
             scenario=scenario(axes, plan.variation, 0, plan.scene),
         )
         check_mapping(env.observation(), plan.mapping, inputs, env=plan.env.name)
+        return env.control_hz
     finally:
         env.close()
 
@@ -99,16 +100,19 @@ def prepare(plan: EvalPlan) -> PreparedEval:
     """Check everything that can be checked before a robot starts; raises EvalError (or
     ValueError for a bad ``--scene`` value or mapping)."""
     axes = axes_of(plan)
+    if plan.record.enabled:
+        plan.record.check()
     metadata = asyncio.run(server_metadata(plan))
     horizon = metadata.get("action_horizon")
     if not isinstance(horizon, int) or horizon < 1:
         raise EvalError(f"the server at {plan.uri} names no action_horizon: not an openpi server?")
     inputs = metadata.get("inputs") or {}
-    check_observation(plan, axes, inputs)
+    control_hz = check_observation(plan, axes, inputs)
     info = {
         "version": RESULTS_VERSION,
         "env": plan.env.name,
         "env_config": dataclasses.asdict(plan.env),
+        "control_hz": control_hz,
         "server": plan.uri,
         "policy": metadata.get("policy"),
         "action_horizon": horizon,
@@ -133,6 +137,7 @@ def prepare(plan: EvalPlan) -> PreparedEval:
             inputs=inputs,
             action_horizon=horizon,
             axes=axes,
+            run_info={k: info.get(k) for k in ("policy", "server", "scheduler", "time_scale")},
         )
         for i in range(plan.num_robots)
     ]
