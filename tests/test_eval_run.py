@@ -47,6 +47,10 @@ def test_so101_two_robots_with_the_expert_and_a_ticket(
         assert scenario["episode"] == episode["episode"] and "robot-base.x" in scenario["values"]
     summary = results["summary"]
     assert summary["success"]["num_episodes"] == 2
+    for episode in episodes:
+        assert len(episode["queue_trace"]) >= episode["num_steps"]
+    assert (out / "queues.png").stat().st_size > 0
+    assert (out / "success_by_axis.png").stat().st_size > 0
     assert 0.0 <= summary["success"]["low"] <= summary["success"]["high"] <= 1.0
 
 

@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from armory.engine.config import ServerConfig
 from armory.eval.plan import EvalPlan
+from armory.eval.plots import plot_queues, plot_success_by_axis
 from armory.eval.pusht import PushTConfig
 from armory.eval.recording import RecordConfig, write_dataset
 from armory.eval.results import format_table
@@ -59,6 +60,9 @@ class Eval:
     time_scale: float = 1.0
     """Robots tick at this times their rate and the in-process policy's emulated latency
     is divided by it (0.25: a quarter speed with the same queue dynamics)."""
+    action_delay_ticks: int = 0
+    """Added actuator delay: each action reaches the environment this many ticks after the
+    robot plays it (the single-robot delay curve)."""
     server: str | None = None
     """HOST:PORT of a running armory serve; None starts one here for the run."""
     serve: ServerConfig = field(default_factory=ServerConfig)
@@ -130,6 +134,7 @@ class Eval:
             variation=self.variation,
             scene=self.scene,
             ticket=ticket,
+            action_delay_ticks=self.action_delay_ticks,
             record=self.record,
             api_key=api_key,
             run_info=info,
@@ -146,6 +151,13 @@ class Eval:
         path = write_results(run, self.out)
         print(format_table(run.summary, run.info))
         print(f"\nwrote {path}")
+        plots = [
+            plot_success_by_axis(run.episodes, self.out / "success_by_axis.png"),
+            plot_queues(run.episodes, self.out / "queues.png", run.info["control_hz"]),
+        ]
+        for plot in plots:
+            if plot is not None:
+                print(f"wrote {plot}")
         if self.record.enabled:
             try:
                 root = write_dataset(self.record, self.record.staging, run.info["control_hz"])

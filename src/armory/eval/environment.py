@@ -88,6 +88,11 @@ class Environment(abc.ABC):
         """Called once per control tick with the action the robot executes."""
 
     @abc.abstractmethod
+    def hold_action(self) -> np.ndarray:
+        """Called when the robot must stay where it is (e.g. before a delayed first action
+        arrives): the action that holds its present pose."""
+
+    @abc.abstractmethod
     def observation(self) -> dict[str, Any]:
         """Called when the runtime sends an observation: the current one, by the
         environment's own names, privileged entries included."""

@@ -32,6 +32,8 @@ class EvalPlan:
     api_key: str | None = None
     connect_timeout_s: float = 10.0
     request_timeout_s: float = 30.0
+    action_delay_ticks: int = 0
+    """Ticks between the runtime sending an action and the environment executing it."""
     record: RecordConfig = field(default_factory=RecordConfig)
     """Record every episode as a LeRobot dataset (``--record.dir``)."""
     run_info: Mapping[str, Any] = field(default_factory=dict)
@@ -45,5 +47,9 @@ class EvalPlan:
             )
         if not self.episode_time_s > 0:
             raise ValueError(f"--episode-time-s must be > 0, got {self.episode_time_s}")
+        if not 0 <= self.action_delay_ticks <= 100:
+            raise ValueError(
+                f"--action-delay-ticks must be in 0..100, got {self.action_delay_ticks}"
+            )
         if not 0 < self.time_scale <= 10:
             raise ValueError(f"--time-scale must be in (0, 10], got {self.time_scale}")

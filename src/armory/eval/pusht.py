@@ -95,6 +95,9 @@ class PushTEnv(Environment):
             terminated=bool(terminated),
         )
 
+    def hold_action(self) -> np.ndarray:
+        return np.asarray(self._env.agent.position, dtype=np.float32)
+
     def observation(self) -> dict[str, Any]:
         obs: dict[str, Any] = {
             STATE_KEY: np.asarray(self._obs["agent_pos"], dtype=np.float32),

@@ -46,6 +46,8 @@ class EpisodeResult:
     num_request_errors: int
     wall_s: float
     """Wall-clock seconds the episode took."""
+    queue_trace: list[int] = field(default_factory=list)
+    """Actions left in the robot's queue after each tick of the episode."""
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,9 @@ result goes back on the results queue as a plain dict.
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
+import math
 import time
 import traceback
 from collections.abc import Mapping
@@ -32,9 +34,6 @@ from armory.eval.variation import Axis, scenario
 
 TICKET_SCHEMA = "armory-noise-ticket-v1"
 """Schema name of a ticket record (a noise ticket as :mod:`armory.policies.noise` makes it)."""
-
-_HISTORY_LEN = 64
-"""Tick and request records each episode's runtime keeps (its summary counts them all)."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +69,7 @@ class EnvRobot:
         inputs: Mapping[str, Any],
         max_steps: int,
         recorder: EpisodeRecorder | None = None,
+        action_delay_ticks: int = 0,
     ) -> None:
         self.env = env
         self.recorder = recorder
@@ -83,6 +83,8 @@ class EnvRobot:
         self.reward = 0.0
         self.success = False
         self.terminated = False
+        self.action_delay_ticks = action_delay_ticks
+        self._delay_line: collections.deque[np.ndarray] = collections.deque()
         self.age_ticks_sum = 0
         """Sum over executed actions of the ticks since their chunk's observation."""
         self.num_aged = 0
@@ -99,16 +101,24 @@ class EnvRobot:
         """Called by the runtime on each tick with an action: one environment step."""
         if self.done:
             return
+        # An added actuator delay: the action sent now reaches the motors k ticks later;
+        # until the first one does, the robot holds where it is.
+        self._delay_line.append(np.asarray(action))
+        if len(self._delay_line) > self.action_delay_ticks:
+            action = self._delay_line.popleft()
+        else:
+            action = self.env.hold_action()
         if self.recorder is not None:
             self.recorder.add(self.env.observation(), action)
-        result = self.env.step(np.asarray(action))
+        result = self.env.step(action)
         self.num_steps += 1
         self.reward += result.reward
         self.success = self.success or result.success
         self.terminated = result.terminated
         queue = self.runtime.queue if self.runtime is not None else None
         if queue is not None and queue.chunk_start is not None:
-            self.age_ticks_sum += max(0, queue.action_index - 1 - queue.chunk_start)
+            age = max(0, queue.action_index - 1 - queue.chunk_start) + self.action_delay_ticks
+            self.age_ticks_sum += age
             self.num_aged += 1
         if self.done and self.runtime is not None:
             self.runtime.stop()
@@ -149,7 +159,12 @@ async def run_episode(job: RobotJob, env: Environment, episode: int) -> EpisodeR
     max_steps = max(1, round(plan.episode_time_s * env.control_hz))
     recorder = EpisodeRecorder() if plan.record.enabled else None
     robot = EnvRobot(
-        env, mapping=plan.mapping, inputs=job.inputs, max_steps=max_steps, recorder=recorder
+        env,
+        mapping=plan.mapping,
+        inputs=job.inputs,
+        max_steps=max_steps,
+        recorder=recorder,
+        action_delay_ticks=plan.action_delay_ticks,
     )
     client = TicketClient(
         AsyncPolicyClient(
@@ -172,7 +187,8 @@ async def run_episode(job: RobotJob, env: Environment, episode: int) -> EpisodeR
             max_execution_horizon=job.action_horizon,
             request_mode=plan.request_mode,
             duration_s=wall_limit_s,
-            history_len=_HISTORY_LEN,
+            # Every tick of the episode is kept: the queue trace comes from them.
+            history_len=math.ceil(wall_limit_s * control_hz) + 1,
         ),
     )
     robot.runtime = runtime
@@ -200,6 +216,7 @@ async def run_episode(job: RobotJob, env: Environment, episode: int) -> EpisodeR
         num_requests=summary.num_requests,
         num_request_errors=summary.num_request_errors,
         wall_s=wall_s,
+        queue_trace=[tick.actions_left for tick in runtime.stats.ticks],
     )
     if recorder is not None:
         record = {**dataclasses.asdict(result), "task": env.task, **job.run_info}

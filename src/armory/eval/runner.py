@@ -123,6 +123,7 @@ def prepare(plan: EvalPlan) -> PreparedEval:
         "seed": plan.seed,
         "time_scale": plan.time_scale,
         "request_mode": plan.request_mode,
+        "action_delay_ticks": plan.action_delay_ticks,
         "mapping": dict(plan.mapping),
         "variation": json.loads(json.dumps(dataclasses.asdict(plan.variation), default=str)),
         "scene": dict(plan.scene),

@@ -111,11 +111,13 @@ class So101PickEnv(Environment):
         }
         self._obs: dict[str, Any] = {}
         self._episode = 0
+        self._last_grip: float | None = None
 
     def reset(self, *, seed: int, episode: int, scenario: Scenario) -> ResetResult:
         self._apply(scenario)
         self._obs, _ = self._env.reset(seed=seed)
         self._episode = episode
+        self._last_grip = None
         return ResetResult(not_applied=tuple(n for n in scenario.values if n not in AXES))
 
     def step(self, action: np.ndarray) -> StepResult:
@@ -125,13 +127,18 @@ class So101PickEnv(Environment):
         delta = (action[:3] - self._env._target_ee_pos) / self._scale
         if np.linalg.norm(delta) < _ZERO_DELTA_UNITS:
             delta = _HELD_DELTA
-        native = np.asarray([*delta, np.clip(action[3], 0.0, 1.0)], dtype=np.float32)
+        self._last_grip = float(np.clip(action[3], 0.0, 1.0))
+        native = np.asarray([*delta, self._last_grip], dtype=np.float32)
         self._obs, reward, terminated, _, info = self._env.step(native)
         return StepResult(
             reward=float(reward),
             success=bool(info.get("succeed", False)),
             terminated=bool(terminated),
         )
+
+    def hold_action(self) -> np.ndarray:
+        grip = 1.0 if self._last_grip is None else self._last_grip
+        return np.asarray([*self._env._target_ee_pos, grip], dtype=np.float32)
 
     def observation(self) -> dict[str, Any]:
         env = self._env
