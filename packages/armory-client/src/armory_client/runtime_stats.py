@@ -79,8 +79,6 @@ class RuntimeSummary:
     num_request_errors: int
     num_chunks_applied: int
     num_chunks_dropped: int
-    num_chunks_nonfinite: int
-    """Chunks refused on landing because they hold NaN or inf."""
     num_stale_episode_replies: int
     num_deferred_replies: int
     """Every-tick: observations the server answered without a chunk (a newer one followed)."""
@@ -88,6 +86,8 @@ class RuntimeSummary:
     bytes_sent_per_s: float
     mean_round_trip_s: float | None
     """Mean over answered requests that waited for no reconnect; None when none was."""
+    num_chunks_nonfinite: int = 0
+    """Chunks refused on landing because they hold NaN or inf."""
 
 
 class RuntimeStats:
