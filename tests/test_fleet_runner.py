@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import json
 import socket
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,10 +20,10 @@ from server_harness import FAST_LINEAR, expected_actions, make_mock, running_ser
 
 from armory.cli import main
 from armory.engine.latency_profile import LinearProfileConfig
-from armory.fleet import FleetError, FleetOptions, run_fleet
+from armory.fleet import FleetError, FleetOptions, FleetProgress, run_fleet
 from armory.fleet.loopback import mock_policy_for, server_config_for
 from armory.fleet.observations import ObservationFactory
-from armory.fleet.runner import robot_tally
+from armory.fleet.runner import robot_tally, served_fleet
 from armory.fleet.server_stats import StatsReading, stats_url
 from armory.fleet_spec import DelaySpec, FleetSpec, RobotSpec, fleet_from_dict, load_fleet
 from armory.policies.base import Policy
@@ -98,6 +99,7 @@ def test_mixed_rate_fleet_gets_chunks_of_its_own_observations() -> None:
     fleet = mixed_fleet()
     policy = make_mock()
     checkers: dict[str, CheckingClient] = {}
+    progress: list[FleetProgress] = []
 
     def wrap(spec: RobotSpec, client: InferClient) -> InferClient:
         checkers[spec.robot_id] = CheckingClient(client, policy)
@@ -105,7 +107,10 @@ def test_mixed_rate_fleet_gets_chunks_of_its_own_observations() -> None:
 
     with running_server(policy, max_batch_size=4) as server:
         options = FleetOptions(port=server.port, duration_s=3.0, connect_timeout_s=5.0)
-        report = asyncio.run(run_fleet(fleet, options, bound_starvation=0.0, wrap_client=wrap))
+        run = run_fleet(
+            fleet, options, bound_of=lambda _: 0.0, wrap_client=wrap, on_progress=progress.append
+        )
+        report = asyncio.run(run)
         stats = server.stats()
 
     ids = [spec.robot_id for spec in fleet.robot_specs()]
@@ -133,6 +138,10 @@ def test_mixed_rate_fleet_gets_chunks_of_its_own_observations() -> None:
     assert set(data["robots"][0]) == set(expected["robots"][0])
     assert data["system"]["bound_starvation"] == 0.0
     assert data["system"]["bytes_sent_per_robot_per_s"] > 0
+    # About once a second during the run: time goes on and chunks add up.
+    assert len(progress) >= 2
+    assert [p.elapsed_s for p in progress] == sorted(p.elapsed_s for p in progress)
+    assert 0 < progress[0].num_chunks_applied <= progress[-1].num_chunks_applied
 
 
 def test_every_tick_sends_more_bytes_than_directed() -> None:
@@ -214,6 +223,23 @@ def test_wrong_api_key_is_one_line_error(
     assert "HTTP 401" in err and "API key" in err and err.count("\n") == 1
 
 
+def test_server_dying_mid_run_is_an_error_not_a_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The server stops 1 s into a 3 s run: exit 1 and one line saying so, no table."""
+    path = write_fleet_file(tmp_path, make_fleet_dict(num_robots=2))
+    with running_server(make_mock()) as server:
+        timer = threading.Timer(1.0, server.stop)
+        timer.start()
+        argv = ["fleet", "--fleet", str(path), "--port", str(server.port), "--duration", "3"]
+        status = main([*argv, "--connect-timeout-s", "1", "--request-timeout-s", "1"])
+        timer.join()
+    captured = capsys.readouterr()
+    assert status == 1
+    assert "stopped answering during the run" in captured.err
+    assert "starvation:" not in captured.out
+
+
 @pytest.mark.parametrize(
     ("flags", "expected"),
     [
@@ -271,6 +297,25 @@ def test_mock_policy_for_a_fleet_reproduces_its_profile() -> None:
     assert (config.max_batch_size, config.directed_margin_s) == (4, 0.02)
 
 
+def test_the_bound_is_computed_for_the_fleet_the_server_serves(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The server's max batch and learned latency replace the fleet file's where they
+    differ (each with a warning); what matches, or is not reported, stays the file's."""
+    fleet = fleet_from_dict(make_fleet_dict(max_batch_size=4))  # l40s-pi05: 250 ms at 4
+    same = StatsReading({}, 0.0, None, None, 0.0, 0, latency_points_s={1: 0.07, 4: 0.25})
+    slow = StatsReading({}, 0.0, None, None, 0.0, 0, latency_points_s={1: 0.2, 8: 0.9})
+    assert served_fleet(fleet, {"armory": {"max_batch_size": 4}}, same) == fleet
+    assert served_fleet(fleet, {}, None) == fleet
+    assert not caplog.records
+
+    served = served_fleet(fleet, {"armory": {"max_batch_size": 8}}, slow)
+    assert served.max_batch_size == 8 and served.latency_points == {1: 0.2, 8: 0.9}
+    messages = [record.getMessage() for record in caplog.records]
+    assert "max_batch_size 4, the server batches up to 8" in messages[0]
+    assert "the bound uses the server's" in messages[1] and "900 ms" in messages[1]
+
+
 def test_stats_difference_covers_the_run_only() -> None:
     """Batches and busy time between two /stats readings; the URL follows the ws URI."""
     before = StatsReading({1: 3, 2: 1}, 1.0, None, None, 0.1, 0)
@@ -317,6 +362,7 @@ def runtime_summary(*, num_ticks: int, counted: int, starved: int, chunks: int) 
         num_request_errors=0,
         num_chunks_applied=chunks,
         num_chunks_dropped=0,
+        num_chunks_nonfinite=0,
         num_stale_episode_replies=0,
         num_deferred_replies=0,
         bytes_sent=0,

@@ -41,6 +41,8 @@ from armory.transports.groot_config import GrootDoorConfig
 from armory.transports.lerobot_grpc import LeRobotDoorConfig
 
 USAGE_ERROR = 2
+RUN_FAILED = 1
+"""Exit status of a run that started but could not finish (the server died mid-run)."""
 _SCHEDULERS = ", ".join(scheduler_names())
 """The valid scheduler names, as help text lists them."""
 
@@ -297,7 +299,9 @@ class Fleet:
     seed: int = 0
     """Seeds start phases, injected delays and observation contents."""
     bound: bool = True
-    """Compute the fleet file's starvation bound (its profile and max batch, as simulate)."""
+    """Compute the starvation bound of the fleet as the server serves it: the fleet file's,
+    with the server's max batch size and learned latency profile where they differ (each
+    difference is warned about)."""
     connect_timeout_s: float = 10.0
     """Seconds to reach the server before giving up."""
     request_timeout_s: float = 5.0
@@ -308,7 +312,13 @@ class Fleet:
     def run(self) -> int:
         with _usage_errors():
             try:
-                from armory.fleet import FleetError, FleetOptions, run_fleet
+                from armory.fleet import (
+                    FleetError,
+                    FleetOptions,
+                    FleetProgress,
+                    ServerLost,
+                    run_fleet,
+                )
             except ModuleNotFoundError as exc:
                 if exc.name != "armory_client":
                     raise
@@ -329,9 +339,28 @@ class Fleet:
             )
             fleet = sweep.read_fleet(self.fleet)
         logging.basicConfig(level=logging.WARNING, format="armory fleet: %(message)s")
-        bound = fleet_bound(fleet) if self.bound else None
+        bars: list[tqdm] = []  # the progress bar, from the robots' first second on
+
+        def show(progress: FleetProgress) -> None:
+            if not bars:
+                bar_format = "{l_bar}{bar}| {n:.0f}/{total:.0f} s{postfix}"
+                bars.append(tqdm(total=self.duration_s, desc="fleet", bar_format=bar_format))
+            bars[0].n = min(progress.elapsed_s, self.duration_s)
+            chunks, errors = progress.num_chunks_applied, progress.num_request_errors
+            bars[0].set_postfix(chunks=chunks, errors=errors)
+
         try:
-            report = asyncio.run(run_fleet(fleet, options, bound_starvation=bound))
+            run = run_fleet(
+                fleet, options, bound_of=fleet_bound if self.bound else None, on_progress=show
+            )
+            try:
+                report = asyncio.run(run)
+            finally:
+                for bar in bars:
+                    bar.close()
+        except ServerLost as exc:
+            print(f"armory: error: {exc}", file=sys.stderr)
+            return RUN_FAILED
         except FleetError as exc:
             raise UsageError(str(exc)) from exc
         _print_report(report, self.max_robot_rows, self.json_path)

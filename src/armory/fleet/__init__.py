@@ -5,6 +5,6 @@ file against a policy server, measures every robot from its own ground truth and
 reports the same metrics as ``armory simulate``.
 """
 
-from armory.fleet.runner import FleetError, FleetOptions, run_fleet
+from armory.fleet.runner import FleetError, FleetOptions, FleetProgress, ServerLost, run_fleet
 
-__all__ = ["FleetError", "FleetOptions", "run_fleet"]
+__all__ = ["FleetError", "FleetOptions", "FleetProgress", "ServerLost", "run_fleet"]

@@ -8,12 +8,15 @@ observations made from the server's declared inputs in the fleet's request mode
 horizons in its ``__armory__`` state. After the run every robot is measured from
 its own ground truth (its runtime's counters, its executed actions), the server's
 batch counts come from its ``/stats``, and :func:`~armory.sim.metrics.make_report`
-builds the same report ``armory simulate`` builds.
+builds the same report ``armory simulate`` builds. The bound is computed for the
+fleet as the server serves it (:func:`served_fleet`); a server that stops answering
+during the run is :class:`ServerLost`, not a report of zeros.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import time
@@ -34,6 +37,7 @@ from armory_client import (
     SafetyConfig,
 )
 
+from armory.engine.latency_profile import LatencyProfile
 from armory.fleet.link import FleetClient
 from armory.fleet.observations import ObservationFactory
 from armory.fleet.robot import SyntheticRobot
@@ -49,9 +53,32 @@ WrapClient = Callable[[RobotSpec, InferClient], InferClient]
 _HISTORY_LEN = 256
 """Tick and request records each runtime keeps (its summary counts the whole run)."""
 
+PROGRESS_PERIOD_S = 1.0
+"""Seconds between two calls of a run's ``on_progress``."""
+
+PROFILE_TOLERANCE = 0.10
+"""A server's latency at the max batch size that differs from the fleet file's by more than
+this fraction replaces the fleet file's in the bound (with a warning)."""
+
 
 class FleetError(Exception):
     """The fleet cannot run against this server; the message says why in one line."""
+
+
+class ServerLost(FleetError):
+    """The server stopped answering during the run; there is no report to trust."""
+
+
+@dataclass(frozen=True)
+class FleetProgress:
+    """The run so far, given to ``on_progress`` about once a second."""
+
+    elapsed_s: float
+    """Seconds since the robots started."""
+    num_chunks_applied: int
+    """Chunks the robots have applied, all together."""
+    num_request_errors: int
+    """Requests that failed (a lost connection, a timeout, an error reply)."""
 
 
 @dataclass(frozen=True)
@@ -109,14 +136,18 @@ async def run_fleet(
     fleet: FleetSpec,
     options: FleetOptions,
     *,
-    bound_starvation: float | None = None,
+    bound_of: Callable[[FleetSpec], float] | None = None,
     wrap_client: WrapClient | None = None,
+    on_progress: Callable[[FleetProgress], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> SimReport:
     """Run every robot of ``fleet`` against the server for ``options.duration_s``.
 
+    ``bound_of`` computes the report's starvation bound, of :func:`served_fleet`;
+    ``on_progress`` is called every :data:`PROGRESS_PERIOD_S` during the run.
     Raises FleetError when the server cannot be reached, refuses the connection,
-    or cannot serve the fleet's robots.
+    or cannot serve the fleet's robots; ServerLost when it stops answering during
+    the run.
     """
     mode = options.request_mode or fleet.request_mode
     probe = options.client()
@@ -165,9 +196,18 @@ async def run_fleet(
 
     before = await read_stats(probe.uri, options.api_key)
     started_s = clock()
-    summaries = await _run_all(runtimes, phases_s, uri=probe.uri)
+    summaries = await _run_all(
+        runtimes, phases_s, uri=probe.uri, on_progress=on_progress, clock=clock
+    )
     wall_s = clock() - started_s
     after = await read_stats(probe.uri, options.api_key)
+    if not await _still_serving(options):
+        failed = sum(s.num_request_errors for s in summaries)
+        raise ServerLost(
+            f"the policy server at {probe.uri} stopped answering during the run "
+            f"({failed} requests failed); no report"
+        )
+    served = served_fleet(fleet, metadata, after or before)
 
     tallies = [
         robot_tally(spec, summary, robot, startup_s=startup_s(fleet, spec))
@@ -183,7 +223,7 @@ async def run_fleet(
         fleet=fleet.name,
         seed=options.seed,
         request_mode=mode,
-        bound_starvation=bound_starvation,
+        bound_starvation=None if bound_of is None else bound_of(served),
         timing=_timing(summaries, wall_s, after),
         clock="wall",
     )
@@ -221,18 +261,61 @@ def _check_server(fleet: FleetSpec, metadata: Mapping[str, Any]) -> None:
             fleet.action_horizon,
             horizon,
         )
+
+
+def served_fleet(
+    fleet: FleetSpec, metadata: Mapping[str, Any], stats: StatsReading | None
+) -> FleetSpec:
+    """The fleet file as the server serves it, for the bound: the server's max batch size
+    (its metadata) and its learned latency profile (its ``/stats``) where they differ from
+    the fleet file's, each difference warned about; what the server does not report stays
+    the fleet file's. Called after the run, when the server has measured its passes."""
+    changes: dict[str, Any] = {}
     max_batch = (metadata.get("armory") or {}).get("max_batch_size")
-    if max_batch is not None and max_batch != fleet.max_batch_size:
+    if isinstance(max_batch, int) and max_batch >= 1 and max_batch != fleet.max_batch_size:
         logger.warning(
-            "the fleet file says max_batch_size %d, the server batches up to %s "
-            "(the bound is the fleet file's)",
+            "the fleet file says max_batch_size %d, the server batches up to %d; "
+            "the bound uses the server's",
             fleet.max_batch_size,
             max_batch,
         )
+        changes["max_batch_size"] = max_batch
+    points = stats.latency_points_s if stats is not None else {}
+    if points:
+        size = changes.get("max_batch_size", fleet.max_batch_size)
+        file_s = fleet.profile().latency_s(size)
+        server_s = LatencyProfile(points).latency_s(size)
+        if abs(server_s - file_s) > PROFILE_TOLERANCE * file_s:
+            logger.warning(
+                "the fleet file's latency profile takes %.0f ms for a batch of %d, the "
+                "server's passes %.0f ms; the bound uses the server's",
+                1e3 * file_s,
+                size,
+                1e3 * server_s,
+            )
+            changes["latency_points"] = points
+    return dataclasses.replace(fleet, **changes) if changes else fleet
+
+
+async def _still_serving(options: FleetOptions) -> bool:
+    """Whether the server still accepts a connection (asked after the run)."""
+    client = options.client()
+    try:
+        await client.connect()
+        return True
+    except ArmoryClientError:
+        return False
+    finally:
+        await client.close()
 
 
 async def _run_all(
-    runtimes: Sequence[RobotRuntime], phases_s: Sequence[float], *, uri: str
+    runtimes: Sequence[RobotRuntime],
+    phases_s: Sequence[float],
+    *,
+    uri: str,
+    on_progress: Callable[[FleetProgress], None] | None,
+    clock: Callable[[], float],
 ) -> list[RuntimeSummary]:
     """Run every runtime, each from its start phase; the first failure stops them all."""
 
@@ -240,10 +323,26 @@ async def _run_all(
         await asyncio.sleep(phase_s)
         return await runtime.run()
 
+    async def report_progress(started_s: float) -> None:
+        assert on_progress is not None
+        while True:
+            await asyncio.sleep(PROGRESS_PERIOD_S)
+            summaries = [runtime.summary() for runtime in runtimes]
+            on_progress(
+                FleetProgress(
+                    elapsed_s=clock() - started_s,
+                    num_chunks_applied=sum(s.num_chunks_applied for s in summaries),
+                    num_request_errors=sum(s.num_request_errors for s in summaries),
+                )
+            )
+
     tasks = [asyncio.ensure_future(one(r, p)) for r, p in zip(runtimes, phases_s, strict=True)]
+    progress = None if on_progress is None else asyncio.ensure_future(report_progress(clock()))
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
     finally:
+        if progress is not None:
+            progress.cancel()
         for runtime in runtimes:
             runtime.stop()
         await asyncio.wait(tasks)

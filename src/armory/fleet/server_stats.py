@@ -12,7 +12,7 @@ import asyncio
 import json
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 _TIMEOUT_S = 3.0
@@ -37,6 +37,8 @@ class StatsReading:
     """The requests' own steps (decode, validate, schedule, encode) over recent requests
     (median)."""
     steps_ms_p99: float | None = None
+    latency_points_s: dict[int, float] = field(default_factory=dict)
+    """The server's learned forward-pass seconds per batch size (empty if it reports none)."""
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StatsReading:
@@ -49,6 +51,9 @@ class StatsReading:
             steps_ms_p99=data.get("steps_ms_p99"),
             decision_ms_mean=float(data.get("decision_ms_mean", 0.0)),
             num_errors=int(data.get("num_errors", 0)),
+            latency_points_s={
+                int(b): float(s) for b, s in (data.get("latency_points_s") or {}).items()
+            },
         )
 
     def since(self, earlier: StatsReading | None) -> tuple[dict[int, int], float]:
