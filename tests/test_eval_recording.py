@@ -135,3 +135,27 @@ def test_recording_without_the_lerobot_environment_is_refused_before_start(
     monkeypatch.delenv("ARMORY_LEROBOT_PYTHON", raising=False)
     with pytest.raises(ValueError, match=r"scripts/lerobot-env.sh"):
         RecordConfig(dir=tmp_path / "d").check()
+
+
+@pytest.mark.skipif(
+    not (LEROBOT_PYTHON and Path(LEROBOT_PYTHON).exists()),
+    reason="ARMORY_LEROBOT_PYTHON is unset or missing (build it with scripts/lerobot-env.sh)",
+)
+def test_pushing_without_a_token_fails_clearly_and_keeps_the_dataset(tmp_path: Path) -> None:
+    """--record.push-to-hub with no Hugging Face token: the dataset is written, then one
+    message says the token is missing."""
+    from armory.eval.recording import write_dataset
+
+    staging = tmp_path / "staging"
+    recorder = EpisodeRecorder()
+    for step in range(3):
+        recorder.add({"observation.state": np.full(2, step, np.float32)}, np.zeros(2, np.float32))
+    recorder.save(staging, 0, {"success": False, "task": "t"})
+    config = RecordConfig(dir=tmp_path / "dataset", push_to_hub=True, lerobot_python=LEROBOT_PYTHON)
+    env = {"HF_TOKEN": "", "HF_HOME": str(tmp_path / "hf"), "HF_TOKEN_PATH": str(tmp_path / "t")}
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in env.items():
+            patch.setenv(key, value)
+        with pytest.raises(RuntimeError, match="no Hugging Face token"):
+            write_dataset(config, staging, fps=10)
+    assert (tmp_path / "dataset" / "meta" / "info.json").exists()
