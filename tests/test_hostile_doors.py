@@ -3,8 +3,10 @@ clear error, the server keeps answering, nobody else notices."""
 
 from __future__ import annotations
 
+import gc
 import pickle
 import time
+import types
 import urllib.request
 
 import grpc
@@ -108,6 +110,27 @@ def test_lerobot_actions_per_chunk_is_bounded(actions_per_chunk: int) -> None:
         assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "actions_per_chunk must be in [1, 65536]" in refused.value.details()
     assert decode_instructions(instructions(FEATURES, actions_per_chunk=65_536))
+
+
+def test_refused_lerobot_calls_leave_nothing_behind() -> None:
+    """grpc.aio keeps an aborted call's exception where the garbage collector cannot
+    see it: the door lets go of its frames (payload included), so refusals by the
+    thousand do not grow the server; a non-finite joint is refused by name."""
+    with lerobot_server() as (thread, _), AsyncInferenceClient(door_port(thread)) as client:
+        start_robot(client)
+        raw = raw_observation(1, JOINTS, CAMERAS)
+        for value in (float("nan"), float("inf"), 1e308, 10**40):
+            with pytest.raises(grpc.RpcError) as refused:
+                client.send_observation(TimedObservation(1.0, 0, {**raw, JOINTS[0]: value}))
+            assert f"joint {JOINTS[0]!r}: expected a finite number" in refused.value.details()
+        time.sleep(0.2)
+        gc.collect()
+        frames = [
+            o
+            for o in gc.get_objects()
+            if isinstance(o, types.FrameType) and o.f_code.co_name == "_observations"
+        ]
+        assert frames == []
 
 
 def test_the_lerobot_rate_estimate_is_bounded() -> None:

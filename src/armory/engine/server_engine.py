@@ -119,6 +119,9 @@ class EngineStats:
     """Chunks computed for robots that were gone when they were ready."""
     num_taken_back: int
     """Batches decided ahead and taken back because the batch before them overran."""
+    num_scheduler_faults: int
+    """Decisions on which the scheduler raised (taken without the robot that caused it,
+    or by the safe rule; the server log has each)."""
     busy_s: float
     decision_ms_mean: float
     """Mean time of one scheduling decision (snapshot, schedule, check)."""
@@ -387,6 +390,7 @@ class ServerEngine:
             mean_batch_size=loop.mean_batch_size,
             num_dropped_chunks=loop.num_dropped_chunks,
             num_taken_back=loop.num_taken_back,
+            num_scheduler_faults=loop.num_scheduler_faults,
             busy_s=loop.busy_s,
             decision_ms_mean=1e3 * loop.decision_s / max(loop.num_decisions, 1),
             overhead_ms_p50=_percentile_ms(self._overheads_s, 50),

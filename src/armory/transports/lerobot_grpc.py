@@ -643,7 +643,22 @@ class LeRobotGrpcTransport(Transport):
         if not counted:
             self.engine.count_error()
         logger.info("LeRobot call from %s failed: %s: %s", context.peer(), code.name, message)
-        await context.abort(code, message)
+        try:
+            await context.abort(code, message)
+        except BaseException as exc:
+            # grpc.aio keeps the abort exception on the call's state, which the garbage
+            # collector cannot traverse: through its traceback's frames (a payload among
+            # their locals) every aborted call would stay in memory. Let go once the call
+            # has ended.
+            asyncio.get_running_loop().call_soon(_forget_frames, exc)
+            raise
+
+
+def _forget_frames(exc: BaseException) -> None:
+    """Drop the traceback and chained exceptions an ended call's exception holds."""
+    exc.__traceback__ = None
+    exc.__context__ = None
+    exc.__cause__ = None
 
 
 _INTERNAL = "internal server error; the server log has the details"

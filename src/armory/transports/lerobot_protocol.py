@@ -554,8 +554,18 @@ def _state(raw: Mapping[str, Any], keys: Sequence[str], dtype: str) -> np.ndarra
         if not isinstance(value, int | float) or isinstance(value, bool):
             got = "nothing" if value is None else type(value).__name__
             raise ObservationError(f"joint {key!r}: expected a number, received {got}")
+        if not math.isfinite(value) or abs(value) > _MAX_JOINT_VALUE:
+            shown = f"an int of {value.bit_length()} bits" if isinstance(value, int) else value
+            raise ObservationError(
+                f"joint {key!r}: expected a finite number of at most {_MAX_JOINT_VALUE:g} in "
+                f"magnitude, received {shown}"
+            )
         values.append(value)
     return np.asarray(values, dtype=dtype)
+
+
+_MAX_JOINT_VALUE = 1e30
+"""Largest joint value in magnitude (float32 holds it; no joint is anywhere near)."""
 
 
 # ---- the robot's queue, as the scheduler sees it -------------------------------

@@ -1,0 +1,307 @@
+"""One fuzzing run: the server in a child process, a well-behaved robot at 20 Hz, N
+hostile inputs through one door, then the checks (:meth:`FuzzReport.problems`).
+
+The good robot is an Armory client (``PolicyClient``) on the openpi door asking for a
+chunk every tick; its largest gap between two replies is the run's measure of harm.
+The inputs are structure-aware mutations of the door's valid message (one in ten
+frames also damaged byte-wise, one in fifty pure noise) or, with ``generate``, what a
+property-based generator (:mod:`armory.fuzz.generate`) draws: each is a *feed*
+handing inputs to the run's ``send``. After the inputs: the
+server process must be alive, answer ``/healthz``, report no scheduling fault, and,
+once the fuzzing sessions are gone, hold an RSS within 20% of its start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from armory.fuzz.doors import FAILURES, OUTCOMES, FuzzDoor, Wire, open_door, random_frame
+from armory.fuzz.mutate import Mutator, mutate_bytes
+
+SEND_TIMEOUT_S = 5.0
+"""Longest a fuzzing client waits for one answer (the server's request timeout is 1 s)."""
+MAX_GAP_S = 0.5
+"""The good robot's largest gap between replies must stay under this."""
+RSS_GROWTH = 0.2
+"""The server's RSS after the run must be within this fraction of its start."""
+
+
+@dataclass(frozen=True)
+class FuzzReport:
+    """What one run through one door found."""
+
+    door: str
+    num_inputs: int
+    outcomes: dict[str, int]
+    """Inputs per outcome (``armory.fuzz.doors.OUTCOMES``)."""
+    first_failures: tuple[str, ...]
+    """The first few failing inputs: outcome and a short description."""
+    num_scheduler_faults: int
+    """The server's count of scheduler exceptions."""
+    num_good_replies: int
+    num_good_errors: int
+    good_max_gap_s: float
+    """The good robot's largest time between two replies (or since the last one)."""
+    healthz_ok: bool
+    server_alive: bool
+    rss_start_mb: float
+    """The server's RSS after the warm-up inputs (before them if the run is shorter)."""
+    rss_peak_mb: float
+    rss_end_mb: float
+    elapsed_s: float
+
+    @property
+    def num_failures(self) -> int:
+        return sum(self.outcomes.get(name, 0) for name in FAILURES)
+
+    def problems(self) -> list[str]:
+        """Every check that failed, in words (empty: the run passed)."""
+        out = []
+        if not self.server_alive:
+            out.append("the server process died")
+        if not self.healthz_ok:
+            out.append("/healthz did not answer")
+        if self.num_failures:
+            out.append(f"{self.num_failures} failing inputs: {list(self.first_failures)}")
+        if self.num_scheduler_faults:
+            out.append(f"{self.num_scheduler_faults} scheduler faults")
+        if self.num_good_errors:
+            out.append(f"the good robot got {self.num_good_errors} errors")
+        if self.good_max_gap_s >= MAX_GAP_S:
+            out.append(f"the good robot's largest gap was {self.good_max_gap_s:.3f} s")
+        if self.rss_end_mb > (1 + RSS_GROWTH) * self.rss_start_mb:
+            out.append(f"RSS grew from {self.rss_start_mb:.0f} to {self.rss_end_mb:.0f} MB")
+        return out
+
+
+# ---- the server ------------------------------------------------------------------
+
+
+class ServerProcess:
+    """``python -m armory.fuzz.server``: its ports, RSS, health and stats."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "armory.fuzz.server"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            self.stop()
+            raise RuntimeError("the fuzzing server did not start")
+        info = json.loads(line)
+        self.ports: dict[str, int] = info["ports"]
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def rss_mb(self) -> float:
+        """Resident memory of the server process, MB (0 once it is gone)."""
+        try:
+            with open(f"/proc/{self.process.pid}/status") as status:
+                for line in status:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1]) / 1024
+        except OSError:
+            pass
+        return 0.0
+
+    def get(self, path: str, timeout_s: float = 2.0) -> bytes | None:
+        """An HTTP GET on the openpi port; None when it does not answer."""
+        url = f"http://127.0.0.1:{self.ports['openpi']}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=timeout_s) as response:
+                return response.read()
+        except OSError:
+            return None
+
+    def stats(self) -> dict[str, Any]:
+        body = self.get("/stats")
+        return {} if body is None else json.loads(body)
+
+    def stop(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+@contextmanager
+def fuzz_server() -> Iterator[ServerProcess]:
+    server = ServerProcess()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+# ---- the good robot ----------------------------------------------------------------
+
+
+class GoodRobotProcess:
+    """``python -m armory.fuzz.good_robot PORT``: its own process, so that the fuzzing
+    clients never hold its interpreter lock; its reply times come back at the end
+    (``time.monotonic`` is one clock for every process of the machine)."""
+
+    def __init__(self, port: int) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "armory.fuzz.good_robot", str(port)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.reply_times_s: list[float] = []
+        self.num_errors = 0
+        assert self.process.stdout is not None
+        if self.process.stdout.readline().strip() != "ready":
+            self.process.kill()
+            raise RuntimeError("the good robot got no first reply")
+
+    def stop(self) -> None:
+        """Stop it and read its record."""
+        out, _ = self.process.communicate(input="", timeout=4 * SEND_TIMEOUT_S)
+        record = json.loads(out.strip().splitlines()[-1])
+        self.reply_times_s = record["reply_times_s"]
+        self.num_errors = record["num_errors"]
+
+    def max_gap_s(self, since_s: float, until_s: float) -> float:
+        """Largest time without a reply between ``since_s`` and ``until_s``."""
+        times = [since_s, *(t for t in self.reply_times_s if since_s < t < until_s), until_s]
+        return float(np.max(np.diff(times)))
+
+
+# ---- inputs ----------------------------------------------------------------------------
+
+
+Send = Callable[[str, Wire], None]
+"""Sends one input (a description for the report, and its bytes) and records its outcome."""
+Feed = Callable[[FuzzDoor, Send], None]
+"""Produces a run's inputs for a door, handing each to ``send``."""
+
+
+def mutation_feed(num_inputs: int, seed: int = 0) -> Feed:
+    """Structure-aware mutations of the door's valid messages."""
+
+    def feed(door: FuzzDoor, send: Send) -> None:
+        rng = np.random.default_rng([seed, sum(map(ord, door.name))])
+        mutator = Mutator(rng)
+        for index in range(num_inputs):
+            if rng.random() < 0.02:
+                send("noise", Wire("observation", random_frame(rng)))
+                continue
+            valid = door.valid_message(index)
+            message = valid if rng.random() < 0.05 else mutator.mutate(valid)
+            try:
+                wire = door.encode(message)
+            except (TypeError, ValueError, OverflowError, RecursionError):
+                wire = door.encode(valid)  # the encoding cannot carry it: damage the bytes
+                wire = dataclasses.replace(wire, data=mutate_bytes(wire.data, rng))
+            if rng.random() < 0.1:
+                wire = dataclasses.replace(wire, data=mutate_bytes(wire.data, rng))
+            send(describe(message), wire)
+
+    return feed
+
+
+def chain_feeds(*feeds: Feed) -> Feed:
+    """One feed after another, in one run."""
+
+    def feed(door: FuzzDoor, send: Send) -> None:
+        for each in feeds:
+            each(door, send)
+
+    return feed
+
+
+def describe(message: Any) -> str:
+    """A message, in at most 160 characters, for the report."""
+    text = repr(message)
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def run_fuzz(
+    door_name: str,
+    feed: Feed,
+    *,
+    num_warmup_inputs: int = 200,
+    progress: Callable[[int], None] | None = None,
+) -> FuzzReport:
+    """Send ``feed``'s inputs through door ``door_name`` beside the good robot, then check.
+    The RSS baseline is taken after ``num_warmup_inputs`` inputs (thread pools, caches
+    and allocator arenas grow once; the check is for what grows with the inputs)."""
+    started_s = time.monotonic()
+    with fuzz_server() as server:
+        good = GoodRobotProcess(server.ports["openpi"])
+        time.sleep(0.5)  # warm: the first batches, the learned profile
+        rss_start = rss_peak = server.rss_mb()
+        fuzz_from_s = time.monotonic()
+        door = open_door(door_name, server.ports[door_name], timeout_s=SEND_TIMEOUT_S)
+        outcomes: Counter[str] = Counter()
+        failures: list[str] = []
+
+        def send(description: str, wire: Wire) -> None:
+            nonlocal rss_start, rss_peak
+            if not server.alive():
+                raise _ServerDied
+            outcome = door.send(wire)
+            outcomes[outcome] += 1
+            if outcome in FAILURES and len(failures) < 5:
+                failures.append(f"{outcome}: {description}")
+            count = outcomes.total()
+            if count == num_warmup_inputs:
+                rss_start = server.rss_mb()
+            if count % 500 == 0:
+                rss_peak = max(rss_peak, server.rss_mb())
+                if progress is not None:
+                    progress(count)
+
+        try:
+            feed(door, send)
+        except _ServerDied:
+            pass
+        finally:
+            door.close()
+        fuzz_until_s = time.monotonic()
+        healthz_ok = server.get("/healthz") == b"OK\n"
+        good.stop()
+        time.sleep(3.0)  # the fuzzing sessions are swept
+        stats = server.stats()
+        rss_end = server.rss_mb()
+        return FuzzReport(
+            door=door_name,
+            num_inputs=outcomes.total(),
+            outcomes={name: outcomes.get(name, 0) for name in OUTCOMES},
+            first_failures=tuple(failures),
+            num_scheduler_faults=int(stats.get("num_scheduler_faults", -1)),
+            num_good_replies=len(good.reply_times_s),
+            num_good_errors=good.num_errors,
+            good_max_gap_s=good.max_gap_s(fuzz_from_s, fuzz_until_s),
+            healthz_ok=healthz_ok,
+            server_alive=server.alive(),
+            rss_start_mb=rss_start,
+            rss_peak_mb=max(rss_peak, rss_end),
+            rss_end_mb=rss_end,
+            elapsed_s=time.monotonic() - started_s,
+        )
+
+
+class _ServerDied(Exception):
+    """The server process is gone: the run stops."""
