@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import pickle
@@ -29,7 +30,7 @@ from server_harness import FAST_LINEAR
 from armory.engine.config import ServerConfig
 from armory.policies.mock import MockPolicy, MockPolicyConfig, mock_actions
 from armory.serve import ArmoryServer, ServerThread
-from armory.transports.lerobot_grpc import UNSAFE_PICKLE_OPTION, LeRobotDoorConfig
+from armory.transports.lerobot_grpc import UNSAFE_PICKLE_OPTION, LeRobotDoorConfig, mismatch
 from armory.transports.lerobot_protocol import (
     CHUNK_BYTES,
     TRANSFER_BEGIN,
@@ -37,6 +38,7 @@ from armory.transports.lerobot_protocol import (
     TRANSFER_MIDDLE,
     TRANSFER_UNKNOWN,
     decode_actions,
+    decode_instructions,
 )
 
 JOINTS = [f"joint_{i}.pos" for i in range(6)]
@@ -285,6 +287,39 @@ def test_instructions_that_do_not_fit_the_policy_are_refused() -> None:
         with pytest.raises(grpc.RpcError) as refused:
             client.send_instructions(instructions(robot_features(JOINTS, {"front": (4, 4, 3)})))
         assert "observation/wrist_image" in refused.value.details()
+
+
+def test_more_joints_than_action_values_is_refused_at_instructions() -> None:
+    """A policy whose actions have 6 values cannot drive 8 joints: refused when the robot
+    sends its instructions (LeRobot's client would fail later, running out of values),
+    unless the operator allows it."""
+    joints = [f"joint_{i}.pos" for i in range(8)]
+    features = robot_features(joints, CAMERAS)
+    policy = make_policy(state_dim=8, action_dim=6)
+    with lerobot_server(policy) as (thread, _), AsyncInferenceClient(door_port(thread)) as client:
+        client.ready()
+        with pytest.raises(grpc.RpcError) as refused:
+            client.send_instructions(instructions(features))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "actions of 6 values but the robot has 8 joints" in refused.value.details()
+    assert "--lerobot.allow-mismatched-policy" in refused.value.details()
+    allowed = lerobot_server(policy, allow_mismatched_policy=True)
+    with allowed as (thread, _), AsyncInferenceClient(door_port(thread)) as client:
+        client.ready()
+        client.send_instructions(instructions(features))
+
+
+def test_another_policy_type_than_the_served_one_is_refused() -> None:
+    """A robot asking for 'diffusion' from a server of LeRobot's 'act' is told what is
+    served; a policy without a LeRobot type (the mock) serves any robot."""
+    asked = decode_instructions(instructions(FEATURES, policy_type="diffusion"))
+    mock = make_policy().metadata
+    served = dataclasses.replace(mock, name="lerobot-act", extra={"lerobot_type": "act"})
+    refusal = mismatch(asked, served)
+    assert refusal is not None
+    assert "serves the LeRobot policy type 'act' ('lerobot-act'), not 'diffusion'" in refusal
+    assert mismatch(decode_instructions(instructions(FEATURES)), served) is None
+    assert mismatch(asked, mock) is None
 
 
 @pytest.mark.parametrize(

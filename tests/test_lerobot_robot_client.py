@@ -29,12 +29,14 @@ needs_lerobot = pytest.mark.skipif(
 
 
 def _run_robot_client(
-    tmp_path: Path, seconds: float, **door_options: Any
+    tmp_path: Path, seconds: float, *, action_dim: int = 7, **door_options: Any
 ) -> tuple[subprocess.CompletedProcess[str], EngineStats]:
     """LeRobot's RobotClient for ``seconds`` against a server whose only door is the
-    LeRobot one (pickle on, key ``fleet-key``, ``door_options``); its output and the
-    engine's counters."""
-    policy = MockPolicyConfig(latency_profile="linear", linear=FAST_LINEAR, state_dim=7).make()
+    LeRobot one (pickle on, key ``fleet-key``, ``door_options``) and a mock policy for 7
+    joints with ``action_dim`` values per action; its output and the engine's counters."""
+    policy = MockPolicyConfig(
+        latency_profile="linear", linear=FAST_LINEAR, state_dim=7, action_dim=action_dim
+    ).make()
     door = LeRobotDoorConfig(port=0, allow_unsafe_pickle_on_untrusted_networks=True, **door_options)
     server = ArmoryServer(
         policy,
@@ -92,3 +94,18 @@ def test_unmodified_lerobot_robot_client_is_refused_without_key_or_allowlist(
     assert json.loads(out.stdout.strip().splitlines()[-1])["started"] is False
     assert "StatusCode.UNAUTHENTICATED" in out.stderr
     assert stats.num_sessions == 0 and stats.num_replies == 0
+
+
+@needs_lerobot
+def test_unmodified_lerobot_robot_client_is_told_when_actions_are_too_short(
+    tmp_path: Path,
+) -> None:
+    """A policy with 6 values per action for the robot's 7 joints: the client's
+    SendPolicyInstructions fails with the reason, before any observation, instead of an
+    IndexError in its control loop later."""
+    out, stats = _run_robot_client(tmp_path, 1, action_dim=6, allowed_networks=("127.0.0.1/32",))
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1])["started"] is False
+    assert "actions of 6 values but the robot has 7 joints" in out.stderr
+    assert "IndexError" not in out.stderr
+    assert stats.num_replies == 0

@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +48,7 @@ from armory.engine.errors import (
 )
 from armory.engine.server_engine import Reply, ServerEngine
 from armory.engine.session import Session
-from armory.policies.base import conform_observation
+from armory.policies.base import PolicyMetadata, conform_observation
 from armory.transports.base import Transport
 from armory.transports.grpc_access import CallAccess, parse_networks
 from armory.transports.lerobot_protocol import (
@@ -123,6 +123,10 @@ class LeRobotDoorConfig:
     queue when they send; LeRobot's client does not report it."""
     mapping: ObservationMapping = field(default_factory=ObservationMapping)
     """How a raw robot observation becomes the policy's inputs."""
+    allow_mismatched_policy: bool = False
+    """Serve robots whose instructions do not match the served policy: another LeRobot
+    policy type, or more joints than the policy's actions have values. Off: such a robot
+    is refused at SendPolicyInstructions, told what is served."""
     # Timeouts
     actions_wait_s: float = 2.0
     """Longest a ``GetActions`` call waits for a chunk before answering empty (upstream's
@@ -413,6 +417,9 @@ class LeRobotGrpcTransport(Transport):
                     grpc.StatusCode.INVALID_ARGUMENT,
                     f"the robot's observations do not fit the served policy {meta.name!r}: {exc}",
                 )
+            refusal = None if self.config.allow_mismatched_policy else mismatch(instructions, meta)
+            if refusal is not None:
+                await self._abort(context, grpc.StatusCode.INVALID_ARGUMENT, refusal)
             robot.instructions, robot.mapping = instructions, mapping
             robot.actions_per_chunk = min(instructions.actions_per_chunk, meta.action_horizon)
             _check_instructions(robot, instructions, meta.name, meta.action_horizon)
@@ -675,6 +682,35 @@ def _status(exc: RequestError) -> Any:
     if isinstance(exc, ServerClosing):
         return grpc.StatusCode.UNAVAILABLE
     return grpc.StatusCode.INTERNAL  # PolicyError, or a failure of the server
+
+
+def mismatch(instructions: PolicyInstructions, meta: PolicyMetadata) -> str | None:
+    """Why the served policy cannot serve a robot with these instructions, or None.
+
+    Called at SendPolicyInstructions (unless ``--lerobot.allow-mismatched-policy``): a
+    robot asking for another LeRobot policy type than the served one would silently get
+    the served one's actions; a robot with more joints than an action has values would
+    fail later inside LeRobot's client, which plays action value i on joint i of its
+    ``action_features`` (its ``observation.state`` names, for LeRobot's robots). A served
+    policy that is not a LeRobot policy (``policy:mock``) has no type to compare.
+    """
+    served_type = meta.extra.get("lerobot_type")
+    if isinstance(served_type, str) and instructions.policy_type != served_type:
+        return (
+            f"this server serves the LeRobot policy type {served_type!r} ({meta.name!r}), "
+            f"not {instructions.policy_type!r}: set the robot's policy_type={served_type!r} "
+            "(or the operator allows it with --lerobot.allow-mismatched-policy)"
+        )
+    state = instructions.features.get("observation.state")
+    joints = state.get("names") if isinstance(state, Mapping) else None
+    if isinstance(joints, list | tuple) and len(joints) > meta.action_dim:
+        return (
+            f"the served policy {meta.name!r} returns actions of {meta.action_dim} values but "
+            f"the robot has {len(joints)} joints {list(joints)}: LeRobot's client would run "
+            "out of action values (or the operator allows it with "
+            "--lerobot.allow-mismatched-policy)"
+        )
+    return None
 
 
 def _check_instructions(
