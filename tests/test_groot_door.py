@@ -66,7 +66,17 @@ def test_every_endpoint_round_trips(encoding: str) -> None:
             np.testing.assert_array_equal(reply["action.joints"], want)
         config = client.get_modality_config()
         as_json = "dict" if encoding == "n1.6" else "str"
-        assert config["video"]["modality_keys"] == ["image", "wrist_image"]
+        # The streams the robot sent, as its encoding's data configs name them.
+        prefix = "" if encoding == "n1.6" else "{}."
+        assert config["video"]["modality_keys"] == [
+            prefix.format("video") + name for name in ("front", "wrist")
+        ]
+        assert config["state"]["modality_keys"] == [
+            prefix.format("state") + name for name in ("arm", "gripper")
+        ]
+        assert config["action"]["modality_keys"] == [prefix.format("action") + "joints"]
+        task = "task" if encoding == "n1.6" else "annotation.human.task_description"
+        assert config["language"]["modality_keys"] == [task]
         assert config["action"]["delta_indices"] == list(range(10))
         assert all(c["as_json_type"] == as_json for c in config.values())
         assert client.reset() == {"status": "ok", "message": "reset"}
@@ -169,6 +179,43 @@ def test_layout_maps_named_cameras_and_state_order() -> None:
     with groot_server(policy, layout=layout) as (_, port), GrootClient(port) as client:
         actions, _ = client.get_action(groot_observation(obs, "n1.6"))
     np.testing.assert_array_equal(actions["joints"][0], expected_actions(policy, swapped))
+
+
+def test_modality_config_asked_first_speaks_the_layout_in_the_doors_encoding() -> None:
+    """Asked before any get_action (upstream's own flow), the config lists the layout's
+    names; N1.6 and N1.5 clients ask with the same bytes, so a robot not yet heard from
+    gets the encoding of the door's last get_action (N1.6 before any), and
+    --groot.encoding n1.5 answers N1.5 from the first request."""
+    layout = GrootLayout(
+        cameras=("front=observation/image", "wrist=observation/wrist_image"),
+        state=("arm", "gripper"),
+    )
+    with groot_server(layout=layout) as (_, port):
+        with GrootClient(port, encoding="n1.5") as first:
+            config = first.get_modality_config()
+            assert config["video"]["as_json_type"] == "dict"
+            assert config["video"]["modality_keys"] == ["front", "wrist"]
+            first.get_action(groot_observation(make_obs(1), "n1.5"))
+        with GrootClient(port, encoding="n1.5") as second:
+            config = second.get_modality_config()
+        assert config["video"]["as_json_type"] == "str"
+        assert config["video"]["modality_keys"] == ["video.front", "video.wrist"]
+        assert config["state"]["modality_keys"] == ["state.arm", "state.gripper"]
+    forced = groot_server(layout=layout, encoding="n1.5")
+    with forced as (_, port), GrootClient(port, encoding="n1.5") as client:
+        assert client.get_modality_config()["action"]["modality_keys"] == ["action.joints"]
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_a_refused_input_is_named_by_its_stream(encoding: str) -> None:
+    """An image of the wrong size is reported under the robot's stream name, with the
+    policy input it feeds."""
+    obs = make_obs(0)
+    obs["observation/wrist_image"] = np.zeros((100, 100, 3), np.uint8)
+    with groot_server() as (_, port), GrootClient(port, encoding=encoding) as client:
+        error = client.get_action(groot_observation(obs, encoding))["error"]
+    assert "'video.wrist' (policy input 'observation/wrist_image')" in error
+    assert "(100, 100, 3)" in error
 
 
 def test_many_robots_get_their_own_chunks_in_shared_batches() -> None:

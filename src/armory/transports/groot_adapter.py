@@ -14,6 +14,10 @@ task (``language``), in N1.6's nested layout (``{"video": {name: (B, T, H, W, C)
 Time steps: the last frame of T is used. One robot per request: N1.6's batch
 dimension B must be 1. Actions go back as one stream, ``action_key``, shaped
 (1, horizon, dim) in N1.6 and (horizon, dim) as ``action.<action_key>`` in N1.5.
+
+The door speaks the robot's stream names: errors about an input name the stream it
+came from, and ``get_modality_config`` lists the layout's names, else those the robot
+sent in its last ``get_action``.
 """
 
 from __future__ import annotations
@@ -48,6 +52,37 @@ class GrootLayout:
             raise ValueError("action_key must not be empty")
 
 
+LANGUAGE_KEY = "annotation.human.task_description"
+"""The task stream upstream's embodiments name, listed until a robot sends its own."""
+
+
+@dataclass(frozen=True)
+class StreamNames:
+    """The stream names of one robot's observation, by modality (without N1.5's prefix)."""
+
+    video: tuple[str, ...] = ()
+    state: tuple[str, ...] = ()
+    language: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class MappedObservation:
+    """A GR00T observation as the policy takes it, and where each input came from."""
+
+    observation: dict[str, Any]
+    """The policy's observation map."""
+    sources: dict[str, str]
+    """Policy input key -> the GR00T stream(s) it was made of (``video.front``)."""
+    streams: StreamNames
+    """The streams the robot sent."""
+
+    def in_robot_terms(self, message: str) -> str:
+        """``message`` (an error about policy inputs) naming the robot's streams instead."""
+        for key, source in self.sources.items():
+            message = message.replace(repr(key), f"{source!r} (policy input {key!r})")
+        return message
+
+
 class GrootAdapter:
     """Applies a :class:`GrootLayout` for one policy's declared inputs."""
 
@@ -77,10 +112,11 @@ class GrootAdapter:
 
     # ---- requests ----------------------------------------------------------
 
-    def observation(self, obs: Mapping[str, Any], encoding: Encoding) -> dict[str, Any]:
+    def observation(self, obs: Mapping[str, Any], encoding: Encoding) -> MappedObservation:
         """The policy's observation map from a GR00T observation."""
         video, state, language = _split(obs, encoding)
         out: dict[str, Any] = {}
+        sources: dict[str, str] = {}
         names = list(video)
         if self.cameras:
             missing = sorted(set(self.cameras) - set(names))
@@ -96,6 +132,7 @@ class GrootAdapter:
             pairs = list(zip(names, self.image_inputs, strict=True))
         for name, key in pairs:
             out[key] = _last_step(f"video.{name}", video[name], frame_ndim=3, nested=encoding)
+            sources[key] = f"video.{name}"
         if self.state_input is not None:
             order = list(self.layout.state) or list(state)
             missing = sorted(set(order) - set(state))
@@ -106,9 +143,13 @@ class GrootAdapter:
                 for n in order
             ]
             out[self.state_input] = np.concatenate(parts)
+            sources[self.state_input] = " + ".join(f"state.{n}" for n in order)
         if self.text_input is not None and language:
-            out[self.text_input] = _text(next(iter(language.items())), encoding)
-        return out
+            item = next(iter(language.items()))
+            out[self.text_input] = _text(item, encoding)
+            sources[self.text_input] = item[0]
+        streams = StreamNames(tuple(video), tuple(state), tuple(language))
+        return MappedObservation(observation=out, sources=sources, streams=streams)
 
     # ---- replies -----------------------------------------------------------
 
@@ -118,24 +159,38 @@ class GrootAdapter:
             return {self.layout.action_key: np.asarray(actions, np.float32)[None]}
         return {f"action.{self.layout.action_key}": np.asarray(actions, np.float32)}
 
-    def modality_configs(self, encoding: Encoding) -> dict[str, Any]:
-        """``get_modality_config``: one ModalityConfig per modality, from the inputs."""
-        cameras = list(self.cameras) or [key.rsplit("/", 1)[-1] for key in self.image_inputs]
+    def modality_configs(
+        self, encoding: Encoding, sent: StreamNames | None = None
+    ) -> dict[str, Any]:
+        """``get_modality_config``: one ModalityConfig per modality, in the robot's stream
+        names: the layout's where it names them, else those the robot ``sent`` in its last
+        ``get_action``, else names made from the policy's inputs. N1.5 prefixes them
+        (``video.front``), as its data configs do."""
+        sent = sent or StreamNames()
+        cameras = list(self.cameras) or list(sent.video)
+        cameras = cameras or [key.rsplit("/", 1)[-1] for key in self.image_inputs]
+        states = list(self.layout.state) or list(sent.state) or ["state"]
         configs = {
-            "video": {"delta_indices": [0], "modality_keys": cameras},
-            "state": {"delta_indices": [0], "modality_keys": list(self.layout.state) or ["state"]},
+            "video": {"delta_indices": [0], "modality_keys": _keys("video", cameras, encoding)},
+            "state": {"delta_indices": [0], "modality_keys": _keys("state", states, encoding)},
             "action": {
                 "delta_indices": list(range(self.action_horizon)),
-                "modality_keys": [self.layout.action_key],
+                "modality_keys": _keys("action", [self.layout.action_key], encoding),
             },
         }
         if self.text_input is not None:
-            configs["language"] = {"delta_indices": [0], "modality_keys": ["task"]}
+            language = list(sent.language[:1]) or [LANGUAGE_KEY]
+            configs["language"] = {"delta_indices": [0], "modality_keys": language}
         for config in configs.values():
             config.update(
                 sin_cos_embedding_keys=None, mean_std_embedding_keys=None, action_configs=None
             )
         return {name: modality_config(config, encoding) for name, config in configs.items()}
+
+
+def _keys(group: str, names: Sequence[str], encoding: Encoding) -> list[str]:
+    """Stream names as ModalityConfig lists them: bare in N1.6, ``group.name`` in N1.5."""
+    return list(names) if encoding == "n1.6" else [f"{group}.{name}" for name in names]
 
 
 def _split(

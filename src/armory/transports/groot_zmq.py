@@ -24,11 +24,11 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from armory.engine.errors import RequestError, SessionClosed
+from armory.engine.errors import ObservationError, RequestError, SessionClosed
 from armory.engine.server_engine import Reply, ServerEngine
 from armory.engine.session import Session
 from armory.transports.base import Transport
-from armory.transports.groot_adapter import GrootAdapter
+from armory.transports.groot_adapter import GrootAdapter, StreamNames
 from armory.transports.groot_config import GrootDoorConfig
 from armory.transports.groot_protocol import (
     ENDPOINTS,
@@ -56,7 +56,10 @@ _BUSY = (
 class _Robot:
     session: Session
     last_seen_s: float
-    encoding: Encoding = "n1.6"
+    encoding: Encoding | None = None
+    """The encoding of its last get_action (None before its first)."""
+    streams: StreamNames | None = None
+    """The streams of its last get_action, as get_modality_config lists them."""
 
 
 class GrootZmqTransport(Transport):
@@ -85,6 +88,8 @@ class GrootZmqTransport(Transport):
         self._socket: zmq.asyncio.Socket | None = None
         self._port: int | None = None
         self._robots: dict[bytes, _Robot] = {}
+        self._last_encoding: Encoding = "n1.6"
+        """The encoding of the door's last get_action, from any robot (see _encoding)."""
         self._tasks: set[asyncio.Task[Any]] = set()
         self._loop_task: asyncio.Task[None] | None = None
 
@@ -245,7 +250,8 @@ class GrootZmqTransport(Transport):
             return encode_reply({"status": "ok", "message": "Server is shutting down"})
         robot = self._robot(identity, received_s)
         if endpoint == "get_modality_config":
-            return encode_reply(self.adapter.modality_configs(self._encoding(robot)))
+            configs = self.adapter.modality_configs(self._encoding(robot), robot.streams)
+            return encode_reply(configs)
         if endpoint == "reset":
             # A new episode: the robot's queue starts empty.
             self.engine.close_session(robot.session)
@@ -256,14 +262,26 @@ class GrootZmqTransport(Transport):
         raise GrootProtocolError(f"Unknown endpoint: {endpoint!r}; valid: {', '.join(ENDPOINTS)}")
 
     def _encoding(self, robot: _Robot) -> Encoding:
+        """How to answer a robot's get_modality_config: the configured encoding; under auto,
+        that of the robot's last get_action, else of the door's last one (both clients ask
+        for the config with the same bytes, so a robot not yet heard from is assumed to be
+        like the others), else N1.6."""
         configured = self.config.encoding
-        return robot.encoding if configured == "auto" else configured  # type: ignore[return-value]
+        if configured != "auto":
+            return configured  # type: ignore[return-value]
+        return robot.encoding or self._last_encoding
 
     async def _get_action(self, robot: _Robot, data: Any, received_s: float) -> bytes:
         obs, encoding = get_action_parts(data, self.config.encoding)
-        robot.encoding = encoding
-        observation = self.adapter.observation(obs, encoding)
-        reply = await self.engine.infer(robot.session, observation, received_s=received_s)
+        robot.encoding = self._last_encoding = encoding
+        mapped = self.adapter.observation(obs, encoding)
+        robot.streams = mapped.streams
+        try:
+            reply = await self.engine.infer(
+                robot.session, mapped.observation, received_s=received_s
+            )
+        except ObservationError as exc:
+            raise ObservationError(mapped.in_robot_terms(str(exc))) from None
         actions = self.adapter.actions(reply.actions, encoding)
         if encoding == "n1.5":
             frame = encode_reply(actions)
