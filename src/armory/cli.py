@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Literal, NoReturn
 
 import tyro
 import yaml
@@ -34,6 +34,7 @@ from armory.scheduling.config import SchedulerConfig
 from armory.scheduling.registry import make_scheduler, scheduler_names
 from armory.sim import sweep
 from armory.sim.bound import fleet_bound
+from armory.sim.fleet_family import write_family
 from armory.sim.metrics import SimReport
 from armory.sim.simulator import SimConfig, simulate
 from armory.sim.table import format_report, format_sweep
@@ -367,12 +368,34 @@ class Fleet:
         return 0
 
 
+@dataclass(frozen=True)
+class Fleets:
+    """Generate random fleets of a family as fleet files (schedulers are tuned on training
+    seeds, below 1000, and judged on test seeds, 1000 and above)."""
+
+    action: tyro.conf.Positional[Literal["generate"]]
+    out: Path
+    """Folder the fleet files are written into."""
+    family: str = "mixed"
+    """Fleet family: mixed."""
+    count: int = 10
+    """Fleets to write, from seeds seed .. seed + count - 1."""
+    seed: int = 1000
+
+    def run(self) -> int:
+        with _usage_errors():
+            paths = write_family(self.family, self.count, self.seed, self.out)
+        print(f"wrote {len(paths)} fleet files to {self.out}")
+        return 0
+
+
 Command = (
     Annotated[Simulate, tyro.conf.subcommand("simulate")]
     | Annotated[Sweep, tyro.conf.subcommand("sweep")]
     | Annotated[Serve, tyro.conf.subcommand("serve")]
     | Annotated[Fleet, tyro.conf.subcommand("fleet")]
     | Annotated[Eval, tyro.conf.subcommand("eval")]
+    | Annotated[Fleets, tyro.conf.subcommand("fleets")]
 )
 
 

@@ -1,0 +1,244 @@
+"""Every scheduler on a generated fleet family, side by side, with the default's goals.
+
+Fleets come from :mod:`armory.sim.fleet_family` (``--family mixed``, ``--count`` fleets
+from ``--first-seed``). Seeds below 1000 are the training seeds (tune on them), 1000
+and above the test seeds (report on them). Each fleet runs once per scheduler for
+``--duration`` seconds of virtual time (simulation seed = fleet seed). Per fleet the
+table prints the load, the starvation bound, every scheduler's starvation and
+weighted throughput, and the default's ratio to the best other scheduler; then the
+summary counts of the goals:
+
+- THR99: the default's weighted throughput >= 0.99x the best other scheduler's (on
+  every fleet); THR100: >= 1.0x (on at least 95%);
+- STARV: on equal-weight fleets, starvation <= the best other's + 0.5 pp (every
+  fleet); BOUND: within 3 pp of the bound (at least 90%);
+- ZERO: zero starvation wherever the bound stays 0 with every rate raised 10%;
+- DIRECTED: on directed fleets, the default's starvation within 1 pp of the same
+  fleet in every-tick mode, with at most 1.5 observations sent per chunk.
+
+Results of the other schedulers do not change when the default does: ``--cache FILE``
+keeps them (keyed by fleet, scheduler and duration) so that a rerun simulates only
+the default.
+
+    python benchmarks/family.py [--count 200] [--first-seed 1000] [--duration 30]
+        [--workers 2] [--cache /tmp/family-cache.json] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from armory.scheduling.config import SchedulerConfig
+from armory.scheduling.registry import make_scheduler, scheduler_names
+from armory.sim.bound import fleet_bound
+from armory.sim.fleet_family import generate_fleet
+from armory.sim.simulator import SimConfig, simulate
+
+OURS = SchedulerConfig().name
+EVERY_TICK = "every-tick"
+"""Suffix of the default's run of a directed fleet switched to every-tick requests."""
+THROUGHPUT_TOLERANCE = 1e-4
+"""Relative: equal weighted throughputs differ in the last digits of the float sums."""
+
+
+def _run(job: tuple[str, int, str, float, str | None]) -> dict:
+    family, seed, name, duration_s, mode = job
+    fleet = generate_fleet(family, seed).fleet
+    if mode is not None:
+        fleet = dataclasses.replace(fleet, request_mode=mode)
+    report = simulate(
+        fleet,
+        make_scheduler(SchedulerConfig(name=name, seed=seed)),
+        SimConfig(duration_s=duration_s, seed=seed),
+    )
+    sent = sum(r.requests_per_s for r in report.robots) * duration_s
+    chunks = sum(r.inferences for r in report.robots)
+    return {
+        "starvation": report.system.starvation,
+        "weighted_throughput": report.system.weighted_throughput,
+        "obs_per_chunk": sent / chunks if chunks else float("inf"),
+        "mean_decision_us": report.timing.get("mean_decision_us", 0.0),
+    }
+
+
+def _bounds(job: tuple[str, int]) -> tuple[float, bool]:
+    fleet = generate_fleet(*job).fleet
+    bound = fleet_bound(fleet)
+    return bound, bound == 0.0 and fleet_bound(fleet.with_rates_scaled(1.1)) == 0.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--family", default="mixed")
+    parser.add_argument("--count", type=int, default=200)
+    parser.add_argument("--first-seed", type=int, default=1000)
+    parser.add_argument("--duration", type=float, default=30.0)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--schedulers", nargs="*", default=None, help="default: all")
+    parser.add_argument("--cache", type=Path, default=None)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+
+    names = args.schedulers or scheduler_names()
+    if OURS not in names:
+        names = [OURS, *names]
+    seeds = list(range(args.first_seed, args.first_seed + args.count))
+    cache: dict[str, dict] = {}
+    if args.cache is not None and args.cache.exists():
+        cache = json.loads(args.cache.read_text())
+
+    def key(seed: int, name: str, mode: str | None) -> str:
+        return f"{args.family}/{seed}/{name}/{mode or ''}/{args.duration:g}"
+
+    fleets = {s: generate_fleet(args.family, s) for s in seeds}
+    jobs = [(args.family, s, n, args.duration, None) for s in seeds for n in names]
+    jobs += [
+        (args.family, s, OURS, args.duration, EVERY_TICK)
+        for s in seeds
+        if fleets[s].fleet.request_mode == "directed"
+    ]
+    todo = [j for j in jobs if j[2] == OURS or key(j[1], j[2], j[4]) not in cache]
+    started = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=args.workers) as pool:
+        # Big fleets first, so that the pool does not end on one long run.
+        todo.sort(key=lambda j: -fleets[j[1]].fleet.num_robots)
+        for job, result in zip(todo, pool.map(_run, todo, chunksize=1), strict=True):
+            cache[key(job[1], job[2], job[4])] = result
+        bounds = dict(zip(seeds, pool.map(_bounds, [(args.family, s) for s in seeds]), strict=True))
+    elapsed = time.perf_counter() - started
+    if args.cache is not None:
+        args.cache.write_text(json.dumps(cache))
+
+    short = {
+        n: n.replace("lookahead-actions", "lookahead").replace("greedy-deadline", "greedy")
+        for n in names
+    }
+    print(
+        f"{args.family} family, seeds {seeds[0]}-{seeds[-1]}, {args.duration:g} s virtual time; "
+        "starvation % / weighted actions per s\n"
+    )
+    print(
+        f"{'fleet':12s} {'mode':>10s} {'n':>4s} {'load':>5s} {'bound':>6s} "
+        + " ".join(f"{short[n]:>15s}" for n in names)
+        + f" {'/best':>6s}  goals"
+    )
+    counts = {
+        k: 0
+        for k in (
+            "fleets",
+            "THR99",
+            "THR100",
+            "equal",
+            "STARV",
+            "BOUND",
+            "zero_fleets",
+            "ZERO",
+            "directed",
+            "DIRECTED",
+        )
+    }
+    misses: dict[str, list[str]] = {k: [] for k in ("THR99", "STARV", "ZERO", "DIRECTED")}
+    rows = []
+    decision_us = []
+    for s in seeds:
+        fleet = fleets[s].fleet
+        bound, zero_required = bounds[s]
+        res = {n: cache[key(s, n, None)] for n in names}
+        ours = res[OURS]
+        decision_us.append((fleet.num_robots, ours["mean_decision_us"]))
+        others = [n for n in names if n != OURS]
+        best_thr = max(res[n]["weighted_throughput"] for n in others)
+        best_starv = min(res[n]["starvation"] for n in others)
+        ratio = ours["weighted_throughput"] / best_thr if best_thr > 0 else 1.0
+        equal = len({g.weight for g in fleet.robots}) == 1
+        goals = []
+        counts["fleets"] += 1
+        if ratio >= 0.99 - THROUGHPUT_TOLERANCE:
+            counts["THR99"] += 1
+        else:
+            misses["THR99"].append(fleet.name)
+            goals.append("thr99-miss")
+        if ratio >= 1.0 - THROUGHPUT_TOLERANCE:
+            counts["THR100"] += 1
+        if equal:
+            counts["equal"] += 1
+            if ours["starvation"] <= best_starv + 0.005:
+                counts["STARV"] += 1
+            else:
+                misses["STARV"].append(fleet.name)
+                goals.append("starv-miss")
+            if ours["starvation"] <= bound + 0.03:
+                counts["BOUND"] += 1
+            else:
+                goals.append("bound-miss")
+        if zero_required:
+            counts["zero_fleets"] += 1
+            if ours["starvation"] == 0.0:
+                counts["ZERO"] += 1
+            else:
+                misses["ZERO"].append(fleet.name)
+                goals.append("zero-miss")
+        if fleet.request_mode == "directed":
+            counts["directed"] += 1
+            tick = cache[key(s, OURS, EVERY_TICK)]
+            ok = ours["starvation"] <= tick["starvation"] + 0.01 and ours["obs_per_chunk"] <= 1.5
+            counts["DIRECTED"] += int(ok)
+            if not ok:
+                misses["DIRECTED"].append(fleet.name)
+                goals.append(
+                    f"directed-miss({100 * tick['starvation']:.1f}%,{ours['obs_per_chunk']:.2f}obs)"
+                )
+        print(
+            f"{fleet.name:12s} {fleet.request_mode:>10s} {fleet.num_robots:4d} "
+            f"{fleets[s].load:5.2f} {100 * bound:6.1f} "
+            + " ".join(
+                f"{100 * res[n]['starvation']:5.1f}/{res[n]['weighted_throughput']:8.1f}"
+                for n in names
+            )
+            + f" {ratio:6.3f}  {' '.join(goals)}"
+        )
+        rows.append(
+            {
+                "fleet": fleet.name,
+                "seed": s,
+                "load": fleets[s].load,
+                "request_mode": fleet.request_mode,
+                "num_robots": fleet.num_robots,
+                "bound_starvation": bound,
+                "zero_required": zero_required,
+                "schedulers": res,
+            }
+        )
+    n = counts["fleets"]
+    print(
+        f"\n{OURS} on {n} fleets: weighted throughput >= 0.99x the best other on "
+        f"{counts['THR99']}/{n}, >= 1.0x on {counts['THR100']}/{n}; equal-weight fleets: "
+        f"starvation <= best other + 0.5 pp on {counts['STARV']}/{counts['equal']}, within 3 pp "
+        f"of the bound on {counts['BOUND']}/{counts['equal']}; zero starvation on "
+        f"{counts['ZERO']}/{counts['zero_fleets']} fleets that require it; directed within 1 pp "
+        f"of every-tick and <= 1.5 observations per chunk on "
+        f"{counts['DIRECTED']}/{counts['directed']}. ({elapsed:.0f} s wall)"
+    )
+    sizes = np.array(decision_us)
+    for lo, hi in ((2, 16), (17, 64), (65, 256)):
+        sel = (sizes[:, 0] >= lo) & (sizes[:, 0] <= hi)
+        if sel.any():
+            print(
+                f"mean decision, {lo}-{hi} robots: {sizes[sel, 1].mean():.0f} us "
+                f"(max {sizes[sel, 1].max():.0f} us)"
+            )
+    if args.json:
+        args.json.write_text(
+            json.dumps({"counts": counts, "misses": misses, "fleets": rows}, indent=1)
+        )
+
+
+if __name__ == "__main__":
+    main()
