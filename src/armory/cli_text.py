@@ -50,12 +50,21 @@ def tyro_text(on_value_error: Callable[[str], NoReturn]) -> Iterator[None]:
     Entered around ``tyro.cli`` by ``cli.main``; restores tyro's own handling on exit.
     """
     original = tyro._strings.remove_single_line_breaks
+    _clear_tyro_caches()  # help text tyro cached before must not be served inside, nor after
     tyro._strings.remove_single_line_breaks = plain_text
     try:
         with _value_errors(on_value_error):
             yield
     finally:
         tyro._strings.remove_single_line_breaks = original
+        _clear_tyro_caches()
+
+
+def _clear_tyro_caches() -> None:
+    """Forget the docstrings tyro has cached (they hold help text of one formatting)."""
+    clear = getattr(getattr(tyro, "_unsafe_cache", None), "clear_cache", None)
+    if clear is not None:
+        clear()
 
 
 def _value_errors(on_value_error: Callable[[str], NoReturn]) -> Any:
