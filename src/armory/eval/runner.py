@@ -180,8 +180,10 @@ def _run_robots(
                 message = done.get(timeout=_POLL_S)
             except queue.Empty:
                 if not any(p.is_alive() for p in processes):
+                    codes = sorted({p.exitcode for p in processes}, key=str)
                     raise EvalError(
-                        f"every robot process ended after {len(results)} of {num_episodes} episodes"
+                        f"every robot process ended after {len(results)} of {num_episodes} "
+                        f"episodes (exit codes {codes}; their stderr says why)"
                     ) from None
                 continue
             if message[0] == "error":

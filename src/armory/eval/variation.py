@@ -16,14 +16,13 @@ checked against the same limits before anything starts.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import numpy as np
 import tyro
@@ -129,9 +128,6 @@ class Scenario:
     """Every axis that was set, by name."""
     not_applied: tuple[str, ...] = ()
     """Axes switched on that the environment could not set."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 def load_axes(env_name: str, path: Path | None = None) -> dict[str, Axis]:
