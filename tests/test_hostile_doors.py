@@ -14,7 +14,7 @@ import msgpack
 import numpy as np
 import pytest
 from armory_client import CodecError
-from armory_client.codec import max_items, packb, unpackb
+from armory_client.codec import max_items, max_maps, packb, unpackb
 from groot_client import GrootClient
 from lerobot_client.wire import (
     AsyncInferenceClient,
@@ -191,12 +191,16 @@ def test_a_groot_frame_over_the_limit_gets_an_error_reply() -> None:
 
 
 def test_msgpack_decoding_is_bounded_by_the_frame_size() -> None:
-    """Many empty maps (one byte each) are refused: at most max_items container entries
-    per message, nested or not; ordinary messages with arrays decode as before."""
+    """Many empty maps or lists (one byte each) are refused: at most max_maps maps and
+    max_items container entries per message, nested or not; ordinary messages with
+    arrays decode as before."""
     flat = b"\xdd" + (2**20).to_bytes(4, "big") + b"\x80" * 2**20
     with pytest.raises(CodecError, match="max_array_len"):
         unpackb(flat)
-    inner = b"\xdc" + (60_000).to_bytes(2, "big") + b"\x80" * 60_000
+    maps = b"\xdc" + (60_000).to_bytes(2, "big") + b"\x80" * 60_000
+    with pytest.raises(CodecError, match="more than 1024 maps"):
+        unpackb(maps)
+    inner = b"\xdc" + (60_000).to_bytes(2, "big") + b"\x90" * 60_000
     nested = b"\x94" + inner * 4
     with pytest.raises(CodecError, match="more than 65536 map and array entries"):
         unpackb(nested)
@@ -204,6 +208,7 @@ def test_msgpack_decoding_is_bounded_by_the_frame_size() -> None:
     out = unpackb(packb(obs))
     np.testing.assert_array_equal(out["image"], obs["image"])
     assert max_items(64 * 2**20) == 262_144
+    assert max_maps(64 * 2**20) == 65_536
 
 
 def test_the_openpi_door_refuses_connections_past_the_limit() -> None:

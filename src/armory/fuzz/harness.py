@@ -175,6 +175,11 @@ class GoodRobotProcess:
             self.process.kill()
             raise RuntimeError("the good robot got no first reply")
 
+    def kill(self) -> None:
+        """Stop it without reading its record (the run failed)."""
+        self.process.kill()
+        self.process.wait()
+
     def stop(self) -> None:
         """Stop it and read its record."""
         out, _ = self.process.communicate(input="", timeout=4 * SEND_TIMEOUT_S)
@@ -253,7 +258,11 @@ def run_fuzz(
         time.sleep(0.5)  # warm: the first batches, the learned profile
         rss_start = rss_peak = server.rss_mb()
         fuzz_from_s = time.monotonic()
-        door = open_door(door_name, server.ports[door_name], timeout_s=SEND_TIMEOUT_S)
+        try:
+            door = open_door(door_name, server.ports[door_name], timeout_s=SEND_TIMEOUT_S)
+        except BaseException:
+            good.kill()
+            raise
         outcomes: Counter[str] = Counter()
         failures: list[str] = []
 

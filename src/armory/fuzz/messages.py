@@ -28,6 +28,7 @@ def policy_config() -> MockPolicyConfig:
     """The mock the fuzzing server serves: small images, a fast linear latency."""
     return MockPolicyConfig(
         image_shape=IMAGE_SHAPE,
+        action_dim=len(JOINTS),  # a LeRobot robot plays one action value per joint
         latency_profile="linear",
         linear=LinearProfileConfig(intercept_s=0.002, slope_s=0.0005),
     )

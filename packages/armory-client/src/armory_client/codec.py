@@ -12,9 +12,10 @@ Format (no msgpack ExtType; every key below is msgpack *bin*, not str):
   as lists).
 
 Decoding is bounded by the message's size: at most `max_items` container entries in
-all (maps and arrays together, each container counting one more), strings and bins no
-longer than the message, no msgpack ExtType; so a small message of many empty maps
-cannot cost a hundred times its size in memory.
+all (maps and arrays together, each container counting one more), at most `max_maps`
+maps (each one a Python call to rebuild arrays), strings and bins no longer than the
+message, no msgpack ExtType; so a small message of many empty maps cannot cost a
+hundred times its size in memory, nor a fraction of a second of decoding.
 
 Dtype kinds V (void/structured), O (object) and c (complex) are refused on both ends,
 and so is any other kind whose bytes are not plain values (e.g. numpy 2's StringDType).
@@ -33,12 +34,16 @@ import numpy as np
 
 from armory_client.errors import CodecError
 
-__all__ = ["max_items", "packb", "unpackb"]
+__all__ = ["max_items", "max_maps", "packb", "unpackb"]
 
 MIN_ITEMS = 65_536
 """Container entries any message may hold, however small."""
 BYTES_PER_ITEM = 256
 """A message may hold one container entry more per this many bytes of its size limit."""
+MIN_MAPS = 1024
+"""Maps any message may hold, however small (an observation has a few dozen)."""
+BYTES_PER_MAP = 1024
+"""A message may hold one map more per this many bytes of its size limit."""
 
 # Map keys of the encoded forms (bin on the wire).
 _NDARRAY = b"__ndarray__"
@@ -72,6 +77,11 @@ def max_items(max_message_bytes: int) -> int:
     return max(MIN_ITEMS, max_message_bytes // BYTES_PER_ITEM)
 
 
+def max_maps(max_message_bytes: int) -> int:
+    """Most maps a message of at most `max_message_bytes` may decode to."""
+    return max(MIN_MAPS, max_message_bytes // BYTES_PER_MAP)
+
+
 def unpackb(
     data: bytes,
     *,
@@ -85,12 +95,12 @@ def unpackb(
     array form); a CodecError names whatever was wrong.
     """
     limit = len(data) if max_message_bytes is None else max_message_bytes
-    budget = _Budget(max_items(limit))
+    budget = _Budget(max_items(limit), max_maps(limit))
     hook = object_hook or _decode_map
     try:
         return msgpack.unpackb(
             data,
-            object_hook=lambda obj: hook(budget.take(obj)),
+            object_hook=lambda obj: hook(budget.take_map(obj)),
             list_hook=budget.take,
             raw=False,
             strict_map_key=True,
@@ -107,11 +117,20 @@ def unpackb(
 
 
 class _Budget:
-    """Container entries a message may still decode to (called for every map and array)."""
+    """Container entries and maps a message may still decode to (called for every map
+    and array)."""
 
-    def __init__(self, max_items: int) -> None:
+    def __init__(self, max_items: int, max_maps: int) -> None:
         self.max_items = max_items
+        self.max_maps = max_maps
         self._left = max_items
+        self._maps_left = max_maps
+
+    def take_map(self, container: dict[Any, Any]) -> dict[Any, Any]:
+        self._maps_left -= 1
+        if self._maps_left < 0:
+            raise CodecError(f"the message holds more than {self.max_maps} maps")
+        return self.take(container)
 
     def take(self, container: Any) -> Any:
         self._left -= len(container) + 1
