@@ -8,6 +8,7 @@ a receive timeout (upstream's client has none).
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 from typing import Any
@@ -25,12 +26,14 @@ def _encode(obj: Any) -> Any:
     raise TypeError(type(obj).__name__)
 
 
-def _decode(obj: dict[str, Any]) -> Any:
+def _decode(obj: dict[str, Any], *, encoding: str) -> Any:
+    """Upstream's object hook: N1.5 reads a ModalityConfig's ``as_json`` with
+    ``json.loads`` (a map fails, TypeError), N1.6 as the fields' map (a str fails)."""
     if obj.get("__ndarray_class__"):
         return np.load(io.BytesIO(obj["as_npy"]), allow_pickle=False)
     if obj.get("__ModalityConfig_class__"):
         raw = obj["as_json"]
-        fields = json.loads(raw) if isinstance(raw, str) else raw
+        fields = json.loads(raw) if encoding == "n1.5" else dict(**raw)
         return {"as_json_type": type(raw).__name__, **fields}
     return obj
 
@@ -65,7 +68,8 @@ class GrootClient:
 
     def send_raw(self, frame: bytes) -> Any:
         self.socket.send(frame)
-        return msgpack.unpackb(self.socket.recv(), raw=False, object_hook=_decode)
+        decode = functools.partial(_decode, encoding=self.encoding)
+        return msgpack.unpackb(self.socket.recv(), raw=False, object_hook=decode)
 
     def ping(self) -> Any:
         return self.call("ping")

@@ -191,10 +191,14 @@ def test_modality_config_asked_first_speaks_the_layout_in_the_doors_encoding() -
         state=("arm", "gripper"),
     )
     with groot_server(layout=layout) as (_, port):
-        with GrootClient(port, encoding="n1.5") as first:
-            config = first.get_modality_config()
+        with GrootClient(port) as n16:
+            config = n16.get_modality_config()
             assert config["video"]["as_json_type"] == "dict"
             assert config["video"]["modality_keys"] == ["front", "wrist"]
+        # The first N1.5 robot of a door cannot decode it.
+        with GrootClient(port, encoding="n1.5") as first, pytest.raises(TypeError):
+            first.get_modality_config()
+        with GrootClient(port, encoding="n1.5") as first:
             first.get_action(groot_observation(make_obs(1), "n1.5"))
         with GrootClient(port, encoding="n1.5") as second:
             config = second.get_modality_config()
