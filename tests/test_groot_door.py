@@ -210,6 +210,29 @@ def test_modality_config_asked_first_speaks_the_layout_in_the_doors_encoding() -
         assert client.get_modality_config()["action"]["modality_keys"] == ["action.joints"]
 
 
+def test_n15_call_order_builds_its_request_from_the_config() -> None:
+    """N1.5's own flow (--groot.encoding n1.5): ask the modality config first, name every
+    stream of the observation by its keys, read the action under its action key."""
+    policy = make_mock()
+    layout = GrootLayout(
+        cameras=("front=observation/image", "wrist=observation/wrist_image"),
+        state=("arm", "gripper"),
+    )
+    obs = make_obs(4, prompt="stack")
+    values = groot_observation(obs, "n1.5", task="stack")
+    forced = groot_server(policy, layout=layout, encoding="n1.5")
+    with forced as (_, port), GrootClient(port, encoding="n1.5") as client:
+        config = client.get_modality_config()
+        keys = [
+            key
+            for group in ("video", "state", "language")
+            for key in config[group]["modality_keys"]
+        ]
+        reply = client.get_action({key: values[key] for key in keys})
+    (action_key,) = config["action"]["modality_keys"]
+    np.testing.assert_array_equal(reply[action_key], expected_actions(policy, obs))
+
+
 @pytest.mark.parametrize("encoding", ENCODINGS)
 def test_a_refused_input_is_named_by_its_stream(encoding: str) -> None:
     """An image of the wrong size is reported under the robot's stream name, with the
