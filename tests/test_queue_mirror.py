@@ -73,12 +73,25 @@ def test_report_times_are_taken_back_by_the_expected_uplink() -> None:
 
 
 def test_deadline_of_a_new_robot_is_its_arrival() -> None:
-    """A robot without a chunk has nothing queued: its deadline is when it connected."""
+    """A robot without a chunk has nothing queued: its deadline is when it connected, and
+    its empty reports keep it there (it has been dry since)."""
     mirror = QueueMirror()
     mirror.add(3, make_limits(), now_s=2.5)
     assert mirror.deadline_of(3) == 2.5
     mirror.observe(3, QueueReport(0, 0), 2.75)
-    assert mirror.deadline_of(3) == 2.75
+    assert mirror.deadline_of(3) == 2.5
+
+
+def test_a_dry_robot_keeps_the_deadline_it_ran_dry_at() -> None:
+    """A chunk predicted to run out at 1.75 s; reports of an empty queue at 2.0 s and 2.5 s
+    leave the deadline at 1.75 s: the robot has waited dry since then."""
+    mirror = make_mirror()
+    mirror.observe(7, QueueReport(20, 3, 18), 1.0)
+    mirror.dispatch(7, land_s=1.25)
+    assert mirror.deadline_of(7) == pytest.approx(1.75)
+    mirror.observe(7, QueueReport(24, 0, 20), 2.0 + 0.005)
+    mirror.observe(7, QueueReport(24, 0, 20), 2.5 + 0.005)
+    assert mirror.deadline_of(7) == pytest.approx(1.75)
 
 
 def test_dispatch_landing_before_the_queue_runs_dry_applies_the_replace_rule() -> None:
@@ -296,7 +309,9 @@ def test_capacity_grows_without_losing_rows() -> None:
         mirror.observe(i, QueueReport(10 * i, i % 5, 10 * i - 2), 1.0)
     assert len(mirror) == 20
     for i in range(20):
-        assert mirror.deadline_of(i) == pytest.approx(1.0 + (i % 5) / 8)
+        # A robot that reports an empty queue has been dry since it was added.
+        expected_s = 1.0 + (i % 5) / 8 if i % 5 else 0.0
+        assert mirror.deadline_of(i) == pytest.approx(expected_s)
     snapshot = take_snapshot(mirror)
     assert snapshot.robot_id.tolist() == list(range(20))
     assert snapshot.eligible.all()

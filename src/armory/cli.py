@@ -91,6 +91,8 @@ class SchedulerOptions:
     """just-in-time: seconds played ahead to check each batch over capacity (0: off)."""
     cadence_horizon_s: float = SchedulerConfig.cadence_horizon_s
     """just-in-time: seconds played ahead to check each batch against steady cadences (0: off)."""
+    disabled_rules: tuple[str, ...] = SchedulerConfig.disabled_rules
+    """just-in-time: rules turned off, to measure what each earns (see --explain)."""
 
     def config(self, name: str, seed: int) -> SchedulerConfig:
         return SchedulerConfig(name=name, seed=seed, **dataclasses.asdict(self))

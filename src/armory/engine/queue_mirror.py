@@ -229,7 +229,11 @@ class QueueMirror:
         self._pending[row] = [p for p in self._pending[row] if p[0] > report.chunk_start]
         self.report_time_s[row] = taken_s
         self.report_queue_end[row] = report.action_index + max(report.actions_left, 0)
+        dry_since_s = float(self.deadline_s[row])
         self._replay(row)
+        if self.deadline_s[row] <= taken_s and dry_since_s < self.deadline_s[row]:
+            # The queue is empty: it ran dry when last predicted, not when it said so.
+            self.deadline_s[row] = dry_since_s
         return True
 
     def release(self, robot_id: int) -> None:

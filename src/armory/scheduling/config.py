@@ -24,6 +24,8 @@ class SchedulerConfig:
     """just-in-time: seconds played ahead to check each batch over capacity (0: off)."""
     cadence_horizon_s: float = 1.5
     """just-in-time: seconds played ahead to check each batch against steady cadences (0: off)."""
+    disabled_rules: tuple[str, ...] = ()
+    """just-in-time: rules turned off, to measure what each earns (docs/scheduling.md)."""
 
     def __post_init__(self) -> None:
         if self.lookahead_horizon_s <= 0:

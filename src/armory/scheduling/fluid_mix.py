@@ -1,112 +1,98 @@
-"""A fleet's fluid optimum, remembered: whether it fits and which batch sizes it uses.
+"""What a scheduler needs of a fleet's fluid optimum: whether it fits, which batch
+sizes it uses, and the share of each robot's ticks it serves.
 
-Solving the fluid program (:mod:`armory.scheduling.fluid`) takes milliseconds, a
-scheduler decides many times a second, and a live server's learned latencies and
-link estimates never stop moving. :class:`FluidMixCache` solves once per set of
-robots and again only when the latency table or a robot's link has moved by more
-than a tolerance since.
+Solving the fluid program (:mod:`armory.scheduling.fluid`) takes milliseconds and a
+scheduler decides many times a second, so :func:`fluid_mix` is memoised. It is a pure
+function of the snapshot: robots alike in rate, horizon, weight and round-trip link
+(in steps of ``LINK_STEP_S``) form one class, and the latency table is taken in steps
+of ``TABLE_STEP`` (relative); the memo is keyed by exactly those inputs, so it
+returns what solving again would.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
 from armory.scheduling.fluid import FluidSolution, solve_fluid
 from armory.scheduling.snapshot import Snapshot
 
-_MIX_SHARE = 0.05
+MIX_SHARE = 0.05
 """A batch size the fluid optimum runs for less than this share of its batches is unused."""
 
-_CACHE_SIZE = 64
-"""Fleet compositions whose fluid optimum is remembered."""
+LINK_STEP_S = 0.005
+"""Round-trip links are classed in steps of this many seconds."""
 
-_TABLE_TOLERANCE = 0.02
-"""Relative change of any batch size's latency that makes a remembered optimum stale."""
+TABLE_STEP = 0.005
+"""The latency table is taken in relative steps of this size (on a log scale)."""
 
-_LINK_STEP_S = 0.005
-"""Round-trip links are grouped in steps of this much; a robot's link moving by more
-makes a remembered optimum stale."""
+_MEMO_SIZE = 256
 
 
 @dataclass(frozen=True)
 class FluidMix:
-    """What a scheduler needs of a fleet's fluid optimum (weighted, at the least GPU
-    time)."""
+    """A fleet's fluid optimum (weighted, at the least GPU time)."""
 
     fits: bool
     """The optimum serves every robot in full (each chunk charged the fewest ticks its
     latency can hold)."""
     sizes: np.ndarray
     """Batch sizes the optimum uses, under either tick charge (possibly none)."""
+    share: np.ndarray
+    """Per robot of the snapshot: the share of its ticks the optimum serves (0..1)."""
 
 
-@dataclass(frozen=True)
-class _Remembered:
-    mix: FluidMix
-    table_s: np.ndarray
-    links_s: np.ndarray
-    """Each robot's round-trip link (2 x downlink), in snapshot order."""
+def fluid_mix(s: Snapshot) -> FluidMix:
+    """The fluid optimum of ``s``'s robots, latency table and links."""
+    steps = np.round(2.0 * s.downlink_s / LINK_STEP_S).astype(np.int64)
+    keys = np.stack(
+        [s.control_hz, s.max_execution_horizon.astype(np.float64), steps, s.weight], axis=1
+    )
+    classes, inverse, counts = np.unique(
+        np.round(keys, 6), axis=0, return_inverse=True, return_counts=True
+    )
+    table = np.log(s.latency_table_s[1:]) / np.log1p(TABLE_STEP)
+    fits, sizes, share = _solve(
+        tuple(map(tuple, classes.tolist())),
+        tuple(counts.tolist()),
+        tuple(np.round(table).astype(np.int64).tolist()),
+    )
+    return FluidMix(fits, np.array(sizes, dtype=np.int64), np.array(share)[inverse.ravel()])
 
 
-class FluidMixCache:
-    """The fluid optimum per set of robots, solved again only when it has gone stale."""
-
-    def __init__(self) -> None:
-        self._remembered: dict[bytes, _Remembered] = {}
-
-    def lookup(self, s: Snapshot) -> FluidMix:
-        """The optimum for ``s``'s robots, latency table and links."""
-        key = s.robot_id.tobytes()
-        table = s.latency_table_s
-        links_s = 2.0 * s.downlink_s
-        cached = self._remembered.get(key)
-        if (
-            cached is not None
-            and _close(cached.table_s, table)
-            and np.all(np.abs(links_s - cached.links_s) <= _LINK_STEP_S)
-        ):
-            return cached.mix
-        # Robots alike in rate, horizon, round-trip link (in steps of _LINK_STEP_S) and
-        # weight form one class of the program.
-        steps = np.round(links_s / _LINK_STEP_S) * _LINK_STEP_S
-        classes = np.stack([s.control_hz, s.max_execution_horizon, steps, s.weight], axis=1)
-        classes, counts = np.unique(np.round(classes, 6), axis=0, return_counts=True)
-        solutions = [
-            solve_fluid(
-                classes[:, 0],
-                classes[:, 1],
-                classes[:, 2],
-                table[1:],
-                weight=classes[:, 3],
-                count=counts,
-                gpu_cost=1e-3,
-                expected_ticks=expected,
-            )
-            for expected in (False, True)
-        ]
-        # Sizes: those the optimum uses when each chunk pays the fewest ticks its
-        # window can hold, and those it uses when it pays the ticks expected at a
-        # random phase (more, so smaller batches can win).
-        sizes = np.union1d(*(_sizes_used(solution) for solution in solutions))
-        fits = bool(np.all(solutions[0].actions_per_s >= classes[:, 0] * (1.0 - 1e-6)))
-        mix = FluidMix(fits, sizes)
-        if len(self._remembered) >= _CACHE_SIZE:
-            self._remembered.clear()
-        self._remembered[key] = _Remembered(mix, table.copy(), links_s)
-        return mix
+@lru_cache(maxsize=_MEMO_SIZE)
+def _solve(
+    classes: tuple[tuple[float, ...], ...], counts: tuple[int, ...], table_steps: tuple[int, ...]
+) -> tuple[bool, tuple[int, ...], tuple[float, ...]]:
+    keys = np.array(classes, dtype=np.float64)
+    control_hz, horizon, weight = keys[:, 0], keys[:, 1], keys[:, 3]
+    delay_s = keys[:, 2] * LINK_STEP_S
+    latency_s = np.power(1.0 + TABLE_STEP, np.array(table_steps, dtype=np.float64))
+    solutions = [
+        solve_fluid(
+            control_hz,
+            horizon,
+            delay_s,
+            latency_s,
+            weight=weight,
+            count=np.array(counts, dtype=np.float64),
+            gpu_cost=1e-3,
+            expected_ticks=expected,
+        )
+        for expected in (False, True)
+    ]
+    # Sizes: those the optimum uses when each chunk pays the fewest ticks its window
+    # can hold, and those it uses when it pays the ticks expected at a random phase
+    # (more, so smaller batches can win).
+    sizes = np.union1d(*(_sizes_used(solution) for solution in solutions))
+    share = np.clip(solutions[0].actions_per_s / control_hz, 0.0, 1.0)
+    fits = bool(np.all(share >= 1.0 - 1e-6))
+    return fits, tuple(int(b) for b in sizes), tuple(float(x) for x in share)
 
 
 def _sizes_used(solution: FluidSolution) -> np.ndarray:
-    """Batch sizes the fluid optimum runs for at least ``_MIX_SHARE`` of its batches."""
+    """Batch sizes the fluid optimum runs for at least ``MIX_SHARE`` of its batches."""
     batches = solution.batches_per_s
-    return np.flatnonzero(batches > _MIX_SHARE * max(batches.sum(), 1e-12)) + 1
-
-
-def _close(solved_for: np.ndarray, table: np.ndarray) -> bool:
-    """Whether ``table`` is within ``_TABLE_TOLERANCE`` of the table an optimum was
-    solved for, at every batch size."""
-    if solved_for.shape != table.shape:
-        return False
-    return bool(np.all(np.abs(table - solved_for) <= _TABLE_TOLERANCE * solved_for))
+    return np.flatnonzero(batches > MIX_SHARE * max(batches.sum(), 1e-12)) + 1

@@ -27,9 +27,9 @@ class GreedyDeadlineScheduler(Scheduler):
         rows = earliest_deadline_order(snapshot, send_by_s)
         max_size = min(snapshot.max_batch_size, rows.size)
         if max_size == 0:
-            return Batch(())
+            return Batch((), rule=self.name)
         size = self._batch_size(snapshot, max_size, float(send_by_s[rows[0]]))
-        return Batch(tuple(snapshot.robot_id[rows[:size]].tolist()))
+        return Batch(tuple(snapshot.robot_id[rows[:size]].tolist()), rule=self.name)
 
     @staticmethod
     def _batch_size(snapshot: Snapshot, max_size: int, first_send_by_s: float) -> int:

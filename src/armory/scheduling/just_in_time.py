@@ -75,16 +75,46 @@ docs/scheduling.md gives the reasoning and the measured results.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from armory.scheduling.base import Scheduler
 from armory.scheduling.config import SchedulerConfig
-from armory.scheduling.fluid_mix import FluidMixCache
+from armory.scheduling.fluid_mix import fluid_mix
 from armory.scheduling.ordering import worth_order
 from armory.scheduling.rollout_checks import best_cadence, best_first_batch, steady_cadence
 from armory.scheduling.snapshot import Batch, Snapshot
 
+BASE_RULE = "on-time"
+"""The rule every decision falls back to; it cannot be turned off."""
+
+RULES: dict[str, str] = {
+    "on-time": "the first batch of the back-to-back plan (earliest due first) of the size "
+    "that leaves the fleet least late and buys the most motion per GPU second",
+    "wait": "every chunk of the best plan is on time: wait for the plan's latest start",
+    "least-late": "the fleet fits but every plan is late by the margin: plans compared by "
+    "lateness past the deadlines plus a fifth of a tick",
+    "fluid-share": "over capacity, every robot streaming: each robot's due time moved by "
+    "the dry wait that serves it the share of ticks the fluid optimum serves",
+    "overload": "over capacity: robots by the weighted actions a chunk adds, at a batch "
+    "size the fluid optimum uses",
+    "empty-queue-wait": "over capacity in singles: wait for the observation a robot sends "
+    "as its queue runs dry (a full chunk)",
+    "longest-chunk-due": "over capacity in singles, equal weights, every robot streaming: "
+    "among robots due now, the longest chunk first",
+    "rollout": "over capacity, at most 16 streaming robots: a first batch that starves the "
+    "fleet less over 0.75 s of play replaced the rule's",
+    "cadence": "over capacity, at most 16 streaming robots: a steady cadence that starves "
+    "less over 1.5 s replaced the batch",
+    "steady-cadence": "the fleet fits, at most 16 streaming robots: a batch size whose "
+    "back-to-back play starves nobody replaced one that starves somebody",
+}
+"""Every rule of the decision path, by the name a batch carries (docs/scheduling.md)."""
+
 _DENSE_SIZES = 16
+_NEVER_S = 1e6
+"""A wait that stands for never (a robot the fluid optimum does not serve)."""
 """Up to this max batch size every size is a candidate; past it a geometric subset."""
 
 
@@ -118,7 +148,15 @@ class JustInTimeScheduler(Scheduler):
         rollout_margin: float = 0.5,
         rollout_max_robots: int = 16,
         cadence_horizon_s: float = SchedulerConfig.cadence_horizon_s,
+        disabled_rules: tuple[str, ...] = (),
     ) -> None:
+        unknown = sorted(set(disabled_rules) - set(RULES) | ({BASE_RULE} & set(disabled_rules)))
+        if unknown:
+            raise ValueError(
+                f"just-in-time cannot turn off {unknown}; rules that can be turned off: "
+                f"{', '.join(r for r in RULES if r != BASE_RULE)}"
+            )
+        self.disabled_rules = frozenset(disabled_rules)
         # Safety margin added to every predicted finish: a fixed part (latency and
         # network jitter) and a part in control ticks of the fastest robot
         # (observations and actions happen on tick boundaries).
@@ -146,7 +184,6 @@ class JustInTimeScheduler(Scheduler):
         # rollout_margin weighted ticks less; on a fleet that fits, one that starves
         # nobody replaces a batch whose own size would starve somebody. 0: off.
         self.cadence_horizon_s = cadence_horizon_s
-        self._fluid_mix = FluidMixCache()
 
     @classmethod
     def from_config(cls, config: SchedulerConfig) -> JustInTimeScheduler:
@@ -154,14 +191,20 @@ class JustInTimeScheduler(Scheduler):
         return cls(
             rollout_horizon_s=config.rollout_horizon_s,
             cadence_horizon_s=config.cadence_horizon_s,
+            disabled_rules=config.disabled_rules,
         )
 
     def schedule(self, snapshot: Snapshot) -> Batch:
         """Called whenever the executor is free and at least one robot is eligible."""
         if not snapshot.eligible.any():
-            return Batch(())
+            return Batch((), rule=BASE_RULE)
         batch, over_capacity = self._rule(snapshot)
-        if over_capacity and len(batch.robot_ids) == 1 and self._singles_by_horizon(snapshot):
+        if (
+            over_capacity
+            and len(batch.robot_ids) == 1
+            and self._on("longest-chunk-due")
+            and self._singles_by_horizon(snapshot)
+        ):
             # The rollouts' continuations do not make this choice, and checked by them
             # it lost a third to a half of what it gains (docs/scheduling.md).
             return self._longest_chunk_due(snapshot, batch)
@@ -171,30 +214,42 @@ class JustInTimeScheduler(Scheduler):
             # Rollouts of the first batch, then steady cadences played longer.
             sizes_used = tuple(int(b) for b in self._fluid_optimum(snapshot)[1])
             checks = (
-                (best_first_batch, self.rollout_horizon_s),
-                (best_cadence, self.cadence_horizon_s),
+                ("rollout", best_first_batch, self.rollout_horizon_s),
+                ("cadence", best_cadence, self.cadence_horizon_s),
             )
-            for check, horizon_s in checks:
-                if horizon_s > 0.0:
-                    batch = check(
+            for rule, check, horizon_s in checks:
+                if horizon_s > 0.0 and self._on(rule):
+                    checked = check(
                         snapshot,
                         batch,
                         horizon_s=horizon_s,
                         margin=self.rollout_margin,
                         sizes_used=sizes_used,
                     )
+                    if checked is not batch:
+                        batch = dataclasses.replace(checked, rule=rule)
             return batch
-        if self.cadence_horizon_s > 0.0 and self._fluid_optimum(snapshot)[0]:
-            return steady_cadence(snapshot, batch, horizon_s=self.cadence_horizon_s)
+        if (
+            self.cadence_horizon_s > 0.0
+            and self._on("steady-cadence")
+            and self._fluid_optimum(snapshot)[0]
+        ):
+            checked = steady_cadence(snapshot, batch, horizon_s=self.cadence_horizon_s)
+            if checked is not batch:
+                batch = dataclasses.replace(checked, rule="steady-cadence")
         return batch
 
-    def _rule(self, s: Snapshot) -> tuple[Batch, bool]:
+    def _on(self, rule: str) -> bool:
+        """Whether ``rule`` may decide (rules are turned off only to measure them)."""
+        return rule not in self.disabled_rules
+
+    def _rule(self, s: Snapshot, gap_s: np.ndarray | float = 0.0) -> tuple[Batch, bool]:
         """The rule's batch, and whether every plan is late on a fleet over capacity."""
         now = s.now_s
         # The plan covers every robot the server knows, in due order: robots whose
         # requests are still on their way (threshold and directed clients ask late)
         # need GPU time too. Only eligible robots can ride the next batch.
-        due = s.deadline_s - s.downlink_s
+        due = s.deadline_s - s.downlink_s + gap_s
         rows = np.lexsort((s.contact_order, due))
         due = due[rows]
         value_per_s = s.weight[rows] * s.control_hz[rows]
@@ -215,7 +270,17 @@ class JustInTimeScheduler(Scheduler):
         fleet_fits: bool | None = None  # the fluid optimum's verdict, looked up once
         if tardiness.min() > self.overload_actions * float(weights.max()):
             fleet_fits, sizes_used = self._fluid_optimum(s)
-            if not fleet_fits and (sizes_used.max() > 1 or weights.max() > weights.min()):
+            if not fleet_fits and np.isscalar(gap_s) and self._on("fluid-share"):
+                gaps = self._fluid_gaps(s)
+                if gaps.any():
+                    batch = self._rule(s, gap_s=gaps)[0]
+                    return dataclasses.replace(batch, rule="fluid-share"), True
+            if (
+                np.isscalar(gap_s)
+                and not fleet_fits
+                and self._on("overload")
+                and (sizes_used.max() > 1 or weights.max() > weights.min())
+            ):
                 return self._overloaded(s, sizes_used), True
 
         # The least late size; among equals, the most motion per GPU second in its first
@@ -234,7 +299,8 @@ class JustInTimeScheduler(Scheduler):
         every_plan_late = tardiness.min() > 0.0
         if every_plan_late and fleet_fits is None:
             fleet_fits = self._fluid_optimum(s)[0]
-        if every_plan_late and fleet_fits:
+        late_rule = every_plan_late and bool(fleet_fits) and self._on("least-late")
+        if late_rule:
             # Every plan is late by the margin, yet the fleet fits: the least late plan
             # is the one that finishes least past the deadlines plus late_ticks. With
             # the margin instead, a heavy robot's lateness that would cost no tick can
@@ -242,10 +308,26 @@ class JustInTimeScheduler(Scheduler):
             late = np.maximum(0.0, now + finish_s - self.late_ticks * tick_s - due[None, :])
             keys.append(np.round((late * value_per_s[None, :]).sum(axis=1), 9))
         best = int(np.lexsort(keys)[0])
-        if tardiness[best] == 0.0 and latest_start_s[best] > now:
-            return Batch((), wait_until_s=float(latest_start_s[best])), False
-        batch = Batch(tuple(s.robot_id[candidates[: sizes[best]]].tolist()))
+        if tardiness[best] == 0.0 and latest_start_s[best] > now and self._on("wait"):
+            return Batch((), wait_until_s=float(latest_start_s[best]), rule="wait"), False
+        rule = "least-late" if late_rule else BASE_RULE
+        batch = Batch(tuple(s.robot_id[candidates[: sizes[best]]].tolist()), rule=rule)
         return batch, every_plan_late and not fleet_fits
+
+    def _fluid_gaps(self, s: Snapshot) -> np.ndarray:
+        """Per robot: how long after its queue runs dry its next chunk is due, so that
+        it is served the share of its ticks the fluid optimum serves (a robot served a
+        share phi of its ticks plays a chunk, then waits ``chunk (1/phi - 1)``)."""
+        share = fluid_mix(s).share
+        chunk_s = s.chunk_seconds()
+        waits = chunk_s * (1.0 / np.maximum(share, 1e-6) - 1.0)
+        # Only a robot that keeps sending observations can wait dry and still be served
+        # from a fresh one; a robot that asks once and waits would be served a stale one.
+        age_s = s.now_s - s.obs_time_s
+        streams = age_s <= 2.0 / s.control_hz + 2.0 * s.downlink_s + self.margin_s
+        if not streams.all():
+            return np.zeros_like(waits)
+        return np.where(share >= 1.0 - 1e-3, 0.0, np.minimum(waits, _NEVER_S))
 
     def _singles_by_horizon(self, s: Snapshot) -> bool:
         """Whether the fluid optimum serves one robot per batch, every robot weighs the
@@ -283,7 +365,7 @@ class JustInTimeScheduler(Scheduler):
             return batch
         rows, due_s = rows[late], due_s[late]
         order = np.lexsort((s.contact_order[rows], due_s, -s.chunk_seconds()[rows]))
-        return Batch((int(s.robot_id[rows[order[0]]]),))
+        return Batch((int(s.robot_id[rows[order[0]]]),), rule="longest-chunk-due")
 
     def _streams_every_tick(self, s: Snapshot) -> bool:
         """Whether the fleet is small enough to roll out and every robot's held
@@ -304,16 +386,16 @@ class JustInTimeScheduler(Scheduler):
         """The batch, of a size the fluid optimum uses, that buys the most weighted
         actions per second of forward pass."""
         rows, worth = worth_order(s, np.flatnonzero(s.eligible))
-        if sizes_used.max() == 1:
+        if sizes_used.max() == 1 and self._on("empty-queue-wait"):
             wait_until_s = self._empty_queue_wait(s, rows, worth)
             if wait_until_s is not None:
-                return Batch((), wait_until_s=wait_until_s)
+                return Batch((), wait_until_s=wait_until_s, rule="empty-queue-wait")
         sizes = sizes_used[sizes_used <= rows.size]
         if sizes.size == 0:
             sizes = np.array([rows.size])
         rate = np.cumsum(worth)[sizes - 1] / s.latency_table_s[sizes]
         size = int(sizes[int(np.argmax(np.round(rate, 9)))])
-        return Batch(tuple(s.robot_id[rows[:size]].tolist()))
+        return Batch(tuple(s.robot_id[rows[:size]].tolist()), rule="overload")
 
     def _empty_queue_wait(self, s: Snapshot, rows: np.ndarray, worth: np.ndarray) -> float | None:
         """With one robot per batch: when to wait for a robot's next observation, the
@@ -354,6 +436,6 @@ class JustInTimeScheduler(Scheduler):
     def _fluid_optimum(self, s: Snapshot) -> tuple[bool, np.ndarray]:
         """Whether the fleet's fluid optimum serves every robot in full, and the batch
         sizes it uses (every candidate size if it uses none)."""
-        mix = self._fluid_mix.lookup(s)
+        mix = fluid_mix(s)
         sizes = mix.sizes if mix.sizes.size else candidate_sizes(s.max_batch_size)
         return mix.fits, sizes

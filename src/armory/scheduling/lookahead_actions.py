@@ -81,11 +81,11 @@ class LookaheadActionsScheduler(Scheduler):
         order = earliest_deadline_order(snapshot)
         if order.size == 0:
             self.num_plans_scored = 0
-            return Batch(())
+            return Batch((), rule=self.name)
         search = _PlanSearch(snapshot, order, self._horizon_s, self._depth, self._node_budget)
         rows = search.run()
         self.num_plans_scored = search.num_plans_scored
-        return Batch(tuple(snapshot.robot_id[rows].tolist()))
+        return Batch(tuple(snapshot.robot_id[rows].tolist()), rule=self.name)
 
 
 class _PlanSearch:

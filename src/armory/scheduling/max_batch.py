@@ -14,4 +14,4 @@ class MaxBatchScheduler(Scheduler):
 
     def schedule(self, snapshot: Snapshot) -> Batch:
         rows = earliest_deadline_order(snapshot)[: snapshot.max_batch_size]
-        return Batch(tuple(snapshot.robot_id[rows].tolist()))
+        return Batch(tuple(snapshot.robot_id[rows].tolist()), rule=self.name)

@@ -26,7 +26,7 @@ class RandomBatchScheduler(Scheduler):
         rows = np.flatnonzero(snapshot.eligible)
         max_size = min(snapshot.max_batch_size, rows.size)
         if max_size == 0:
-            return Batch(())
+            return Batch((), rule=self.name)
         size = int(self._rng.integers(1, max_size, endpoint=True))
         chosen = self._rng.choice(rows, size=size, replace=False)
-        return Batch(tuple(snapshot.robot_id[chosen].tolist()))
+        return Batch(tuple(snapshot.robot_id[chosen].tolist()), rule=self.name)

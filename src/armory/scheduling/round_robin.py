@@ -28,9 +28,9 @@ class RoundRobinScheduler(Scheduler):
         """Called when the executor is free: the next robots in turn, up to the max batch."""
         rows = np.flatnonzero(snapshot.eligible)
         if rows.size == 0:
-            return Batch(())
+            return Batch((), rule=self.name)
         rows = rows[np.argsort(snapshot.contact_order[rows], kind="stable")]
         start = int(np.searchsorted(snapshot.contact_order[rows], self._next_contact))
         taken = np.roll(rows, -start)[: snapshot.max_batch_size]
         self._next_contact = int(snapshot.contact_order[taken[-1]]) + 1
-        return Batch(tuple(snapshot.robot_id[taken].tolist()))
+        return Batch(tuple(snapshot.robot_id[taken].tolist()), rule=self.name)

@@ -70,6 +70,8 @@ class Batch:
     """Engine ids, at most ``max_batch_size``, each eligible, none twice. Empty: run nothing."""
     wait_until_s: float | None = None
     """With an empty batch: ask again at this time even if nothing else happens."""
+    rule: str = ""
+    """Name of the rule that made the decision (``armory simulate --explain`` counts them)."""
 
 
 class InvalidBatchError(RuntimeError):
