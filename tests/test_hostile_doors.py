@@ -8,6 +8,7 @@ import pickle
 import time
 import types
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import msgpack
@@ -40,6 +41,7 @@ from armory.engine.config import ServerConfig
 from armory.engine.errors import MAX_MESSAGE_CHARS, PolicyError, public_text
 from armory.serve import ArmoryServer, ServerThread
 from armory.transports.groot_config import GrootDoorConfig
+from armory.transports.lerobot_grpc import LeRobotDoorConfig
 from armory.transports.lerobot_protocol import (
     MAX_CONTROL_HZ,
     QueueEstimator,
@@ -185,6 +187,59 @@ def test_a_groot_frame_over_the_limit_gets_an_error_reply() -> None:
         assert "exceeds the limit of 4096 bytes" in reply["error"]
         assert client.ping()["status"] == "ok"
         assert thread.stats().num_errors == 1
+
+
+def test_the_groot_door_refuses_robots_past_the_limit() -> None:
+    """With --server.max-connections 1, a second REQ socket gets an error naming the
+    option (its socket still gets its one reply); the first keeps being served."""
+    server = ArmoryServer(
+        make_mock(),
+        ServerConfig(max_connections=1),
+        port=None,
+        doors=[GrootDoorConfig(port=0).door("127.0.0.1")],
+    )
+    with (
+        ServerThread(server),
+        GrootClient(server.doors[0].port) as first,
+        GrootClient(server.doors[0].port) as second,
+    ):
+        assert first.get_modality_config()
+        assert "--server.max-connections" in second.reset()["error"]
+        assert first.get_modality_config()
+
+
+def test_the_lerobot_door_bounds_concurrent_calls() -> None:
+    """--server.max-connections 1 allows two calls at once (a robot's SendObservations
+    and GetActions); a third concurrent call gets RESOURCE_EXHAUSTED."""
+    server = ArmoryServer(
+        make_mock(),
+        ServerConfig(max_connections=1),
+        port=None,
+        doors=[
+            LeRobotDoorConfig(
+                port=0, allow_unsafe_pickle_on_untrusted_networks=True, actions_wait_s=1.0
+            ).door("127.0.0.1")
+        ],
+    )
+    with ServerThread(server):
+        port = server.doors[0].port
+        clients = [AsyncInferenceClient(port, timeout_s=5.0) for _ in range(3)]
+        try:
+            for client in clients:
+                client.ready()
+            with ThreadPoolExecutor(3) as pool:
+                waits = [pool.submit(client.get_actions) for client in clients]
+                codes = []
+                for wait in waits:
+                    try:
+                        wait.result()
+                        codes.append(grpc.StatusCode.OK)
+                    except grpc.RpcError as exc:
+                        codes.append(exc.code())
+        finally:
+            for client in clients:
+                client.close()
+    assert sorted(code.name for code in codes) == ["OK", "OK", "RESOURCE_EXHAUSTED"]
 
 
 # ---- openpi: msgpack work bounded by the frame ---------------------------------------
