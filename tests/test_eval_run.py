@@ -122,3 +122,41 @@ def test_against_a_running_server_given_as_host_port(tmp_path: Path) -> None:
     run = _results(out)["run"]
     assert run["server"] == f"ws://127.0.0.1:{port}"
     assert run["in_process_server"] is False and run["policy"] == "expert-so101-pick"
+
+
+MOCK_FOR_PUSHT_OVER_GROOT = [
+    "policy:mock",
+    "--policy.image-keys",
+    "--policy.state-dim",
+    "18",
+    "--policy.action-dim",
+    "2",
+    "--policy.latency-profile",
+    "linear",
+]
+
+
+def test_pusht_two_robots_over_the_groot_door(tmp_path: Path) -> None:
+    """--door groot: robots are GR00T clients of the in-process server's ZeroMQ door; their
+    two state streams fill the mock's 18-value state vector; no request fails."""
+    pytest.importorskip("zmq")
+    out = tmp_path / "out"
+    options = ["--door", "groot", "--robots", "2", "--episodes", "2", "--episode-time-s", "1"]
+    argv = ["eval", "env:pusht", *MOCK_FOR_PUSHT_OVER_GROOT, *options, "--out", str(out)]
+    assert main([*argv, "--no-progress"]) == 0
+    results = _results(out)
+    assert results["run"]["door"].startswith("groot")
+    for episode in results["episodes"]:
+        assert episode["num_requests"] > 0 and episode["num_request_errors"] == 0
+        assert episode["num_steps"] > 0
+
+
+def test_groot_door_state_width_mismatch_is_refused_before_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A policy whose state vector is not as wide as the streams: one line naming both."""
+    pytest.importorskip("zmq")
+    argv = ["eval", "env:pusht", *MOCK_FOR_PUSHT_OVER_GROOT[:3], "8", "--door", "groot"]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "hold 18 values" in err and "float32 [8]" in err

@@ -12,7 +12,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import tyro
 from tqdm import tqdm
@@ -28,6 +28,7 @@ from armory.eval.so101 import So101PickConfig
 from armory.eval.variation import VariationConfig
 from armory.policies.config import PolicyConfig, make_policy
 from armory.policies.expert import ExpertPolicyConfig
+from armory.transports.groot_config import GrootDoorConfig
 
 EnvChoice = (
     Annotated[So101PickConfig, tyro.conf.subcommand("so101-pick")]
@@ -69,6 +70,11 @@ class Eval:
     """Options of the in-process server (scheduler, max batch size, ...)."""
     request_mode: str = "directed"
     """How robots ask for chunks: directed, threshold or every-tick."""
+    door: Literal["openpi", "groot"] = "openpi"
+    """The front door robots use: openpi (WebSocket, Armory's queue state) or groot
+    (ZeroMQ, plain clients; the in-process server opens it)."""
+    door_port: int | None = None
+    """With --server and --door groot: the GR00T door's port on the server's host."""
     mapping: dict[str, str] = field(default_factory=dict)
     """Rename observation entries to the policy's input names: ENV_KEY POLICY_KEY ..."""
     variation: VariationConfig = field(default_factory=VariationConfig)
@@ -96,20 +102,30 @@ class Eval:
             )
         api_key = self.api_key or os.environ.get(API_KEY_ENV) or None
         if self.server is not None:
-            return self._evaluate(_uri(self.server), api_key, {"in_process_server": False}, None)
+            if self.door == "groot" and self.door_port is None:
+                raise ValueError("--door groot with --server needs --door-port (the GR00T port)")
+            info = {"in_process_server": False}
+            groot_port = self.door_port if self.door == "groot" else None
+            return self._evaluate(_uri(self.server), api_key, info, None, groot_port)
         from armory.serve import ArmoryServer, ServerThread
 
         policy_config = self._scaled_policy()
         policy = make_policy(policy_config)
         ticket = _ticket(policy_config, policy)
-        server = ArmoryServer(policy, self.serve, host="127.0.0.1", port=0, api_key=api_key)
+        doors = []
+        if self.door == "groot":
+            doors.append(GrootDoorConfig(port=0).door("127.0.0.1", api_key=api_key))
+        server = ArmoryServer(
+            policy, self.serve, host="127.0.0.1", port=0, api_key=api_key, doors=doors
+        )
         info = {
             "in_process_server": True,
             "policy_config": _plain(dataclasses.asdict(policy_config)),
             "max_batch_size": self.serve.max_batch_size,
         }
         with ServerThread(server) as thread:
-            return self._evaluate(thread.uri, api_key, info, ticket)
+            groot_port = server.doors[0].port if self.door == "groot" else None
+            return self._evaluate(thread.uri, api_key, info, ticket, groot_port)
 
     def _scaled_policy(self) -> Any:
         """The policy config with its emulated latency divided by the time scale."""
@@ -119,7 +135,12 @@ class Eval:
         return self.policy
 
     def _evaluate(
-        self, uri: str, api_key: str | None, info: dict[str, Any], ticket: dict[str, Any] | None
+        self,
+        uri: str,
+        api_key: str | None,
+        info: dict[str, Any],
+        ticket: dict[str, Any] | None,
+        groot_port: int | None,
     ) -> int:
         plan = EvalPlan(
             env=self.env,
@@ -130,6 +151,7 @@ class Eval:
             seed=self.seed,
             time_scale=self.time_scale,
             request_mode=self.request_mode,
+            groot_port=groot_port,
             mapping=self.mapping,
             variation=self.variation,
             scene=self.scene,

@@ -18,13 +18,16 @@ class EvalPlan:
     env: EnvConfig
     """The environment (an ``env:`` config)."""
     uri: str
-    """ws://host:port of the policy server."""
+    """ws://host:port of the policy server (its openpi door: metadata, and robots by
+    default)."""
     num_robots: int
     num_episodes: int
     episode_time_s: float
     seed: int
     time_scale: float = 1.0
     request_mode: str = "directed"
+    groot_port: int | None = None
+    """Robots connect to the server's GR00T door on this port (same host) instead."""
     mapping: Mapping[str, str] = field(default_factory=dict)
     variation: VariationConfig = field(default_factory=VariationConfig)
     scene: Mapping[str, float] = field(default_factory=dict)

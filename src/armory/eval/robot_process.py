@@ -21,11 +21,13 @@ import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 from armory_client import AsyncPolicyClient, RobotRuntime, RuntimeConfig
 
 from armory.eval.environment import Environment
+from armory.eval.groot_client import GrootInferClient
 from armory.eval.mapping import map_observation
 from armory.eval.plan import EvalPlan
 from armory.eval.recording import EpisodeRecorder
@@ -127,7 +129,7 @@ class EnvRobot:
 class TicketClient:
     """An `InferClient` that notes the noise ticket each reply names."""
 
-    def __init__(self, client: AsyncPolicyClient) -> None:
+    def __init__(self, client: Any) -> None:
         self._client = client
         self.sha256s: set[str] = set()
 
@@ -161,20 +163,13 @@ async def run_episode(job: RobotJob, env: Environment, episode: int) -> EpisodeR
     robot = EnvRobot(
         env,
         mapping=plan.mapping,
-        inputs=job.inputs,
+        # A GR00T robot sends its streams; the door's layout picks the inputs.
+        inputs=job.inputs if plan.groot_port is None else {},
         max_steps=max_steps,
         recorder=recorder,
         action_delay_ticks=plan.action_delay_ticks,
     )
-    client = TicketClient(
-        AsyncPolicyClient(
-            plan.uri,
-            None,
-            api_key=plan.api_key,
-            connect_timeout_s=plan.connect_timeout_s,
-            request_timeout_s=plan.request_timeout_s,
-        )
-    )
+    client = TicketClient(_door_client(plan))
     control_hz = env.control_hz * plan.time_scale
     # The episode's steps start with its first chunk: allow that wait, then some slack.
     wall_limit_s = 1.5 * max_steps / control_hz + plan.request_timeout_s
@@ -222,6 +217,26 @@ async def run_episode(job: RobotJob, env: Environment, episode: int) -> EpisodeR
         record = {**dataclasses.asdict(result), "task": env.task, **job.run_info}
         recorder.save(plan.record.staging, episode, record)
     return result
+
+
+def _door_client(plan: EvalPlan) -> Any:
+    """The robot's client of the door the plan names (openpi unless a GR00T port)."""
+    if plan.groot_port is None:
+        return AsyncPolicyClient(
+            plan.uri,
+            None,
+            api_key=plan.api_key,
+            connect_timeout_s=plan.connect_timeout_s,
+            request_timeout_s=plan.request_timeout_s,
+        )
+    host = urlsplit(plan.uri).hostname or "127.0.0.1"
+    return GrootInferClient(
+        host,
+        plan.groot_port,
+        api_token=plan.api_key,
+        connect_timeout_s=plan.connect_timeout_s,
+        request_timeout_s=plan.request_timeout_s,
+    )
 
 
 def _ticket(chosen: Mapping[str, Any] | None, served: set[str]) -> dict[str, Any] | None:

@@ -24,6 +24,7 @@ from typing import Any
 
 from armory_client import ArmoryClientError, AsyncPolicyClient
 
+from armory.eval.groot_client import check_groot_inputs
 from armory.eval.mapping import check_mapping
 from armory.eval.plan import EvalPlan
 from armory.eval.results import EpisodeResult, EvalSummary, summarize
@@ -81,7 +82,10 @@ def check_observation(plan: EvalPlan, axes: Mapping[str, Axis], inputs: Mapping[
             episode=0,
             scenario=scenario(axes, plan.variation, 0, plan.scene),
         )
-        check_mapping(env.observation(), plan.mapping, inputs, env=plan.env.name)
+        if plan.groot_port is None:
+            check_mapping(env.observation(), plan.mapping, inputs, env=plan.env.name)
+        else:
+            check_groot_inputs(env.observation(), inputs, env=plan.env.name)
         return env.control_hz
     finally:
         env.close()
@@ -123,6 +127,7 @@ def prepare(plan: EvalPlan) -> PreparedEval:
         "seed": plan.seed,
         "time_scale": plan.time_scale,
         "request_mode": plan.request_mode,
+        "door": "openpi" if plan.groot_port is None else f"groot (port {plan.groot_port})",
         "action_delay_ticks": plan.action_delay_ticks,
         "mapping": dict(plan.mapping),
         "variation": json.loads(json.dumps(dataclasses.asdict(plan.variation), default=str)),
