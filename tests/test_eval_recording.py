@@ -110,6 +110,54 @@ def test_recorded_dataset_reads_back_with_lerobot_and_replays_the_executed_actio
         np.testing.assert_array_equal(second[episode], rows)
 
 
+@pytest.mark.skipif(
+    not (LEROBOT_PYTHON and Path(LEROBOT_PYTHON).exists()),
+    reason="ARMORY_LEROBOT_PYTHON is unset or missing (build it with scripts/lerobot-env.sh)",
+)
+def test_recorded_camera_frames_are_the_ones_the_robot_saw(tmp_path: Path) -> None:
+    """PushT with its camera: LeRobot reads back the episode's first frame, equal to the
+    image a fresh environment of that scene renders."""
+    pytest.importorskip("gym_pusht")
+    from armory.eval.pusht import PushTConfig
+    from armory.eval.variation import Scenario
+
+    root, out = tmp_path / "dataset", tmp_path / "out"
+    policy = ["policy:mock", "--policy.image-keys", "observation.image"]
+    policy += ["--policy.image-shape", "96", "96", "3", "--policy.state-key", "observation.state"]
+    policy += ["--policy.state-dim", "2", "--policy.action-dim", "2"]
+    argv = ["eval", "env:pusht", "--env.image-obs", *policy, "--episodes", "1"]
+    argv += ["--episode-time-s", "0.5", "--record.dir", str(root), "--out", str(out)]
+    assert main([*argv, "--record.lerobot-python", LEROBOT_PYTHON, "--no-progress"]) == 0
+    (result,) = json.loads((out / "results.json").read_text())["episodes"]
+    reader = textwrap.dedent(
+        """
+        import sys
+        import numpy as np
+        from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+        frame = LeRobotDataset("armory/eval", root=sys.argv[1])[0]["observation.image"]
+        image = (frame.numpy().transpose(1, 2, 0) * 255).round().astype(np.uint8)
+        np.save(sys.argv[2], image)
+        """
+    )
+    saved = tmp_path / "frame.npy"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    done = subprocess.run(
+        [LEROBOT_PYTHON, "-c", reader, str(root), str(saved)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    fresh = PushTConfig(image_obs=True).make()
+    try:
+        fresh.reset(seed=result["scene_seed"], episode=0, scenario=Scenario(seed=0, episode=0))
+        np.testing.assert_array_equal(np.load(saved), fresh.observation()["observation.image"])
+    finally:
+        fresh.close()
+
+
 def test_recorder_keeps_what_the_robot_saw_without_privileged_entries(tmp_path: Path) -> None:
     """The staged episode holds one row per step of each observation entry and action; no
     privileged entry and no text."""

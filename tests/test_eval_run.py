@@ -82,6 +82,28 @@ def test_pusht_two_robots_with_a_mapped_mock_policy(tmp_path: Path) -> None:
         assert episode["reward"] >= 0.0
 
 
+def test_pusht_camera_images_reach_an_image_policy_with_physics_variation(tmp_path: Path) -> None:
+    """PushT rendered (pygame, no GL) feeds a mock declaring one 96x96 camera; every physics
+    and object axis is drawn and applied."""
+    out = tmp_path / "out"
+    policy = ["policy:mock", "--policy.image-keys", "observation.image"]
+    policy += ["--policy.image-shape", "96", "96", "3", "--policy.state-key", "observation.state"]
+    policy += ["--policy.state-dim", "2", "--policy.action-dim", "2"]
+    options = ["--episodes", "1", "--episode-time-s", "1", "--variation", "--out", str(out)]
+    argv = ["eval", "env:pusht", "--env.image-obs", *policy, *options, "--no-progress"]
+    assert main(argv) == 0
+    (episode,) = _results(out)["episodes"]
+    assert episode["num_requests"] > 0 and episode["num_request_errors"] == 0
+    scenario = episode["scenario"]
+    assert sorted(scenario["values"]) == [
+        "object.block_mass",
+        "physics.agent_kp",
+        "physics.agent_kv",
+        "physics.damping",
+    ]
+    assert scenario["not_applied"] == []
+
+
 def test_a_bad_mapping_is_one_clear_error_before_start(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
