@@ -48,14 +48,14 @@ THROUGHPUT_TOLERANCE = 1e-4
 """Relative: equal weighted throughputs differ in the last digits of the float sums."""
 
 
-def _run(job: tuple[str, int, str, float, str | None]) -> dict:
-    family, seed, name, duration_s, mode = job
+def _run(job: tuple[str, int, str, float, str | None, tuple[str, ...]]) -> dict:
+    family, seed, name, duration_s, mode, disabled_rules = job
     fleet = generate_fleet(family, seed).fleet
     if mode is not None:
         fleet = dataclasses.replace(fleet, request_mode=mode)
     report = simulate(
         fleet,
-        make_scheduler(SchedulerConfig(name=name, seed=seed)),
+        make_scheduler(SchedulerConfig(name=name, seed=seed, disabled_rules=disabled_rules)),
         SimConfig(duration_s=duration_s, seed=seed),
     )
     sent = sum(r.requests_per_s for r in report.robots) * duration_s
@@ -83,6 +83,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--schedulers", nargs="*", default=None, help="default: all")
     parser.add_argument("--cache", type=Path, default=None)
+    parser.add_argument(
+        "--disabled-rules", nargs="*", default=[], help="the default's rules to turn off"
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
 
@@ -98,9 +101,14 @@ def main() -> None:
         return f"{args.family}/{seed}/{name}/{mode or ''}/{args.duration:g}"
 
     fleets = {s: generate_fleet(args.family, s) for s in seeds}
-    jobs = [(args.family, s, n, args.duration, None) for s in seeds for n in names]
+    off = tuple(args.disabled_rules)
+    jobs = [
+        (args.family, s, n, args.duration, None, off if n == OURS else ())
+        for s in seeds
+        for n in names
+    ]
     jobs += [
-        (args.family, s, OURS, args.duration, EVERY_TICK)
+        (args.family, s, OURS, args.duration, EVERY_TICK, off)
         for s in seeds
         if fleets[s].fleet.request_mode == "directed"
     ]

@@ -31,13 +31,13 @@ from armory.fleet_spec import RequestMode
 from armory.policies.config import PolicyConfig, make_policy
 from armory.policies.mock import MockPolicyConfig
 from armory.scheduling.config import SchedulerConfig
-from armory.scheduling.registry import make_scheduler, scheduler_names
+from armory.scheduling.registry import make_scheduler, rule_descriptions, scheduler_names
 from armory.sim import sweep
 from armory.sim.bound import fleet_bound
 from armory.sim.fleet_family import write_family
 from armory.sim.metrics import SimReport
 from armory.sim.simulator import SimConfig, simulate
-from armory.sim.table import format_report, format_sweep
+from armory.sim.table import format_report, format_rules, format_sweep
 from armory.transports.groot_config import GrootDoorConfig
 from armory.transports.lerobot_grpc import LeRobotDoorConfig
 
@@ -121,8 +121,13 @@ class Simulate:
     """Also write the full report here as JSON."""
     bound: bool = True
     """Compute the starvation bound (a linear program; slow for thousands of robots)."""
+    charge_decision_time: bool = False
+    """Start each batch only after the scheduler's measured decision time, as a server
+    deciding from an idle GPU does (results then vary slightly from run to run)."""
     max_robot_rows: int = 40
     """Print at most this many robots (the JSON report holds all)."""
+    explain: bool = False
+    """Also print how often each of the scheduler's rules decided, and what each does."""
     scheduler_options: SchedulerOptionsArg = SchedulerOptions()
 
     def run(self) -> int:
@@ -132,11 +137,18 @@ class Simulate:
             _check_seed(self.seed)
             scheduler = make_scheduler(self.scheduler_options.config(self.scheduler, self.seed))
             fleet = sweep.read_fleet(self.fleet)
-        report = simulate(fleet, scheduler, SimConfig(duration_s=self.duration_s, seed=self.seed))
+        config = SimConfig(
+            duration_s=self.duration_s,
+            seed=self.seed,
+            charge_decision_time=self.charge_decision_time,
+        )
+        report = simulate(fleet, scheduler, config)
         if self.bound:
             system = dataclasses.replace(report.system, bound_starvation=fleet_bound(fleet))
             report = dataclasses.replace(report, system=system)
         _print_report(report, self.max_robot_rows, self.json_path)
+        if self.explain:
+            print("\n" + format_rules(report, rule_descriptions(report.scheduler)))
         return 0
 
 
@@ -311,6 +323,8 @@ class Fleet:
     """Seconds a robot waits for one reply before counting a request error."""
     max_robot_rows: int = 40
     """Print at most this many robots (the JSON report holds all)."""
+    explain: bool = False
+    """Also print how often each of the scheduler's rules decided, and what each does."""
 
     def run(self) -> int:
         with _usage_errors():
@@ -367,6 +381,8 @@ class Fleet:
         except FleetError as exc:
             raise UsageError(str(exc)) from exc
         _print_report(report, self.max_robot_rows, self.json_path)
+        if self.explain:
+            print("\n" + format_rules(report, rule_descriptions(report.scheduler)))
         return 0
 
 

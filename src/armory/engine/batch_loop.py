@@ -114,6 +114,8 @@ class LoopStats:
     num_scheduler_faults: int = 0
     """Decisions on which the scheduler raised (taken without the robot that caused it,
     or by the safe rule)."""
+    decisions_by_rule: dict[str, int] = field(default_factory=dict)
+    """Decisions by the rule that made them (``Batch.rule``; waits included)."""
 
     @property
     def mean_batch_size(self) -> float:
@@ -157,6 +159,7 @@ class _Counters:
     decision_s: float = 0.0
     num_taken_back: int = 0
     num_scheduler_faults: int = 0
+    decisions_by_rule: Counter[str] = field(default_factory=Counter)
 
 
 class BatchLoop:
@@ -333,6 +336,7 @@ class BatchLoop:
             decision_s=c.decision_s,
             num_taken_back=c.num_taken_back,
             num_scheduler_faults=c.num_scheduler_faults,
+            decisions_by_rule=dict(c.decisions_by_rule),
         )
 
     # ---- the loop ------------------------------------------------------
@@ -387,6 +391,7 @@ class BatchLoop:
         decision_s = time.perf_counter() - started
         self._counters.num_decisions += 1
         self._counters.decision_s += decision_s
+        self._counters.decisions_by_rule[batch.rule or self.scheduler.name] += 1
         self.recent_decision_s += _DECISION_SMOOTHING * (decision_s - self.recent_decision_s)
         if not batch.robot_ids:
             if batch.wait_until_s is None:

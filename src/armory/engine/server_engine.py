@@ -15,7 +15,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -135,6 +135,8 @@ class EngineStats:
     steps_ms_p99: float | None
     latency_points_s: dict[int, float]
     """The learned forward-pass seconds per batch size."""
+    decisions_by_rule: dict[str, int] = field(default_factory=dict)
+    """Scheduling decisions by the rule that made them (``armory fleet --explain``)."""
 
 
 class ServerEngine:
@@ -398,6 +400,7 @@ class ServerEngine:
             steps_ms_p50=_percentile_ms(self._steps_s, 50),
             steps_ms_p99=_percentile_ms(self._steps_s, 99),
             latency_points_s=self.loop.profile.points(),
+            decisions_by_rule=loop.decisions_by_rule,
         )
 
     # ---- internals -----------------------------------------------------

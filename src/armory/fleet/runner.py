@@ -226,6 +226,7 @@ async def run_fleet(
         bound_starvation=None if bound_of is None else bound_of(served),
         timing=_timing(summaries, wall_s, after),
         clock="wall",
+        decisions_by_rule={} if after is None else after.rules_since(before),
     )
 
 

@@ -39,6 +39,8 @@ class StatsReading:
     steps_ms_p99: float | None = None
     latency_points_s: dict[int, float] = field(default_factory=dict)
     """The server's learned forward-pass seconds per batch size (empty if it reports none)."""
+    decisions_by_rule: dict[str, int] = field(default_factory=dict)
+    """Scheduling decisions by the rule that made them, since the server started."""
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StatsReading:
@@ -54,7 +56,16 @@ class StatsReading:
             latency_points_s={
                 int(b): float(s) for b, s in (data.get("latency_points_s") or {}).items()
             },
+            decisions_by_rule={
+                str(r): int(n) for r, n in (data.get("decisions_by_rule") or {}).items()
+            },
         )
+
+    def rules_since(self, earlier: StatsReading | None) -> dict[str, int]:
+        """Decisions by rule between ``earlier`` and this reading."""
+        before = {} if earlier is None else earlier.decisions_by_rule
+        counts = {r: n - before.get(r, 0) for r, n in self.decisions_by_rule.items()}
+        return {r: n for r, n in counts.items() if n > 0}
 
     def since(self, earlier: StatsReading | None) -> tuple[dict[int, int], float]:
         """Batch counts and busy seconds between ``earlier`` and this reading."""

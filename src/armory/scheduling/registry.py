@@ -7,7 +7,7 @@ from collections.abc import Callable
 from armory.scheduling.base import Scheduler
 from armory.scheduling.config import SchedulerConfig
 from armory.scheduling.greedy_deadline import GreedyDeadlineScheduler
-from armory.scheduling.just_in_time import JustInTimeScheduler
+from armory.scheduling.just_in_time import RULES, JustInTimeScheduler
 from armory.scheduling.lookahead_actions import LookaheadActionsScheduler
 from armory.scheduling.max_batch import MaxBatchScheduler
 from armory.scheduling.random_batch import RandomBatchScheduler
@@ -21,6 +21,13 @@ _FACTORIES: dict[str, Callable[[SchedulerConfig], Scheduler]] = {
     RandomBatchScheduler.name: lambda config: RandomBatchScheduler(seed=config.seed),
     LookaheadActionsScheduler.name: LookaheadActionsScheduler.from_config,
 }
+
+
+def rule_descriptions(name: str) -> dict[str, str]:
+    """What each rule of scheduler ``name`` does, by the name its batches carry."""
+    if name == JustInTimeScheduler.name:
+        return dict(RULES)
+    return {name: "the scheduler's only rule"}
 
 
 def scheduler_names() -> list[str]:

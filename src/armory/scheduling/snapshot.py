@@ -71,7 +71,9 @@ class Batch:
     wait_until_s: float | None = None
     """With an empty batch: ask again at this time even if nothing else happens."""
     rule: str = ""
-    """Name of the rule that made the decision (``armory simulate --explain`` counts them)."""
+    """Name of the rule that made the decision (``armory simulate --explain`` counts them);
+    Armory's schedulers name every decision, a scheduler that names none is counted
+    under its own name."""
 
 
 class InvalidBatchError(RuntimeError):

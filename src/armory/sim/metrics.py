@@ -108,6 +108,8 @@ class SimReport:
     """Wall-clock measurements (vary between runs, unlike everything else)."""
     clock: str = "virtual"
     """``virtual`` (the simulator) or ``wall`` (real robots over real sockets)."""
+    decisions_by_rule: dict[str, int] = field(default_factory=dict)
+    """Scheduler decisions by the rule that made them (``Batch.rule``; waits included)."""
 
 
 @dataclass(frozen=True)
@@ -171,6 +173,7 @@ def make_report(
     bound_starvation: float | None = None,
     timing: Mapping[str, float] | None = None,
     clock: str = "virtual",
+    decisions_by_rule: Mapping[str, int] | None = None,
 ) -> SimReport:
     """The report of a run: per-robot metrics from the tallies, fleet metrics from the
     tallies and the server's forward passes (``batch_size_counts``: passes per size)."""
@@ -207,6 +210,7 @@ def make_report(
         robots=robots,
         timing=dict(timing or {}),
         clock=clock,
+        decisions_by_rule=dict(sorted((decisions_by_rule or {}).items(), key=lambda kv: -kv[1])),
     )
 
 
@@ -247,4 +251,5 @@ def build_report(sim: Simulator, end_s: float, bound_starvation: float | None = 
         request_mode=sim.fleet.request_mode,
         bound_starvation=bound_starvation,
         timing=timing,
+        decisions_by_rule=sim.decisions_by_rule,
     )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import heapq
 import time
+from collections import Counter
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -50,6 +51,9 @@ class SimConfig:
     seed: int = 0
     check_invariants: bool = True
     """Assert every batch's invariants (cheap; off only for profiling)."""
+    charge_decision_time: bool = False
+    """Start each batch only after the scheduler's measured wall-clock decision time, as
+    a server deciding from an idle GPU does (results then vary from run to run)."""
 
 
 class Simulator:
@@ -93,6 +97,7 @@ class Simulator:
         self.gpu_busy_s = 0.0
         self.decision_s = 0.0
         self.num_decisions = 0
+        self.decisions_by_rule: Counter[str] = Counter()
 
     # ---- event plumbing ------------------------------------------------
 
@@ -181,8 +186,10 @@ class Simulator:
             return
         started = time.perf_counter()
         batch = self.scheduler.schedule(snapshot)
-        self.decision_s += time.perf_counter() - started
+        decision_s = time.perf_counter() - started
+        self.decision_s += decision_s
         self.num_decisions += 1
+        self.decisions_by_rule[batch.rule or self.scheduler.name] += 1
         if self.config.check_invariants:
             check_batch(snapshot, batch)
         if not batch.robot_ids:
@@ -197,15 +204,17 @@ class Simulator:
         if jitter:
             latency_s *= 1.0 + jitter * (2.0 * self._rng.random() - 1.0)
         planned_s = self.server_profile.latency_s(size)
+        # The forward pass starts once the decision is made (when charged).
+        start_s = now_s + (decision_s if self.config.charge_decision_time else 0.0)
         chunks = []
         for i in batch.robot_ids:
-            land_est_s = now_s + planned_s + self.robots[i].spec.downlink.median_s
+            land_est_s = start_s + planned_s + self.robots[i].spec.downlink.median_s
             start = self.mirror.dispatch(i, land_est_s)
             chunks.append((i, start, self._held_obs_time_s[i]))
         self._gpu_busy = True
         self.batch_sizes.append(size)
-        self.gpu_busy_s += max(0.0, min(latency_s, self.config.duration_s - now_s))
-        self._push(now_s + latency_s, _Event.BATCH_DONE, (batch, latency_s, chunks))
+        self.gpu_busy_s += max(0.0, min(latency_s, self.config.duration_s - start_s))
+        self._push(start_s + latency_s, _Event.BATCH_DONE, (batch, latency_s, chunks))
 
     def _on_batch_done(self, t_s: float, payload: tuple) -> None:
         batch, latency_s, chunks = payload

@@ -3,7 +3,7 @@ print them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from armory.sim.metrics import SimReport
@@ -116,3 +116,22 @@ def format_sweep(cells: Sequence[SweepCell]) -> str:
         for c in cells
     ]
     return format_table(headers, rows)
+
+
+def format_rules(report: SimReport, descriptions: Mapping[str, str]) -> str:
+    """How often each rule of the scheduler decided (``--explain``), with what it does."""
+    total = sum(report.decisions_by_rule.values())
+    if not total:
+        return "decisions by rule: none recorded (the server reported no rule counts)"
+    lines = [f"decisions by rule ({report.scheduler}, {total} decisions):"]
+    width = max(len(r) for r in (*report.decisions_by_rule, *descriptions))
+    for rule in [
+        *report.decisions_by_rule,
+        *(r for r in descriptions if r not in report.decisions_by_rule),
+    ]:
+        count = report.decisions_by_rule.get(rule, 0)
+        lines.append(
+            f"  {rule:<{width}s} {count:8d} {100 * count / total:6.1f}%  "
+            f"{descriptions.get(rule, '')}"
+        )
+    return "\n".join(lines)
