@@ -36,7 +36,6 @@ EnvChoice = (
 )
 
 API_KEY_ENV = "ARMORY_API_KEY"
-REQUEST_MODES = ("directed", "threshold", "every-tick")
 
 
 @tyro.conf.configure(tyro.conf.CascadeSubcommandArgs)
@@ -57,7 +56,7 @@ class Eval:
     seed: int = 0
     """Seeds each episode's scene (and the in-process scheduler)."""
     out: Path = Path("eval-results")
-    """Directory for results.json."""
+    """Directory for results.json and the plots."""
     time_scale: float = 1.0
     """Robots tick at this times their rate and the in-process policy's emulated latency
     is divided by it (0.25: a quarter speed with the same queue dynamics)."""
@@ -68,7 +67,7 @@ class Eval:
     """HOST:PORT of a running armory serve; None starts one here for the run."""
     serve: ServerConfig = field(default_factory=ServerConfig)
     """Options of the in-process server (scheduler, max batch size, ...)."""
-    request_mode: str = "directed"
+    request_mode: Literal["directed", "threshold", "every-tick"] = "directed"
     """How robots ask for chunks: directed, threshold or every-tick."""
     door: Literal["openpi", "groot"] = "openpi"
     """The front door robots use: openpi (WebSocket, Armory's queue state) or groot
@@ -96,10 +95,6 @@ class Eval:
             raise EvalError(" ".join(str(exc).split())) from exc
 
     def _run(self) -> int:
-        if self.request_mode not in REQUEST_MODES:
-            raise ValueError(
-                f"unknown request mode {self.request_mode!r}; valid: {', '.join(REQUEST_MODES)}"
-            )
         api_key = self.api_key or os.environ.get(API_KEY_ENV) or None
         if self.server is not None:
             if self.door == "groot" and self.door_port is None:
