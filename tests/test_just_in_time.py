@@ -274,3 +274,28 @@ def test_robots_that_ask_late_keep_the_earliest_due() -> None:
     would be a strict priority by horizon. The rule's earliest due goes."""
     snapshot = half_fast_six([1.2, 1.074, 1.3], obs_time_s=0.94)
     assert rule().schedule(snapshot).robot_ids == (0,)
+
+
+def test_a_fleet_far_below_capacity_needs_no_linear_program(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two robots at 20 Hz and horizon 10 on l40s-pi05 (4 per 0.25 s): back-to-back
+    batches of four feed them with room to spare, so the fits verdict needs no solve;
+    eight dry robots are past capacity, and the program decides."""
+    fluid_mix._solve.cache_clear()
+    solves = []
+    solve = fluid_mix.solve_fluid
+
+    def counting_solve(*args: object, **kwargs: object) -> object:
+        solves.append(args)
+        return solve(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(fluid_mix, "solve_fluid", counting_solve)
+    light = make_snapshot([0.3, 0.31], now_s=0.0)
+    assert fluid_mix.surely_fits(light)
+    assert JustInTimeScheduler()._fluid_optimum(light)[0]
+    assert solves == []
+    heavy = overloaded()
+    assert not fluid_mix.surely_fits(heavy)
+    assert not JustInTimeScheduler()._fluid_optimum(heavy)[0]
+    assert solves

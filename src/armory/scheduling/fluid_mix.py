@@ -46,20 +46,40 @@ class FluidMix:
 
 def fluid_mix(s: Snapshot) -> FluidMix:
     """The fluid optimum of ``s``'s robots, latency table and links."""
-    steps = np.round(2.0 * s.downlink_s / LINK_STEP_S).astype(np.int64)
-    keys = np.stack(
-        [s.control_hz, s.max_execution_horizon.astype(np.float64), steps, s.weight], axis=1
-    )
-    classes, inverse, counts = np.unique(
-        np.round(keys, 6), axis=0, return_inverse=True, return_counts=True
-    )
+    steps = np.round(2.0 * s.downlink_s / LINK_STEP_S)
+    keys = np.stack([s.control_hz, s.max_execution_horizon, steps, s.weight], axis=1)
+    classes, counts, inverse = _classes(np.round(keys, 6).tobytes())
     table = np.log(s.latency_table_s[1:]) / np.log1p(TABLE_STEP)
-    fits, sizes, share = _solve(
-        tuple(map(tuple, classes.tolist())),
-        tuple(counts.tolist()),
-        tuple(np.round(table).astype(np.int64).tolist()),
-    )
-    return FluidMix(fits, np.array(sizes, dtype=np.int64), np.array(share)[inverse.ravel()])
+    fits, sizes, share = _solve(classes, counts, tuple(np.round(table).astype(np.int64).tolist()))
+    return FluidMix(fits, np.array(sizes, dtype=np.int64), np.array(share)[inverse])
+
+
+def surely_fits(s: Snapshot, headroom: float = 0.9) -> bool:
+    """Whether back-to-back batches of some one size would feed every robot with
+    ``headroom`` to spare, each chunk losing the ticks of that batch's round trip and one
+    more: then the fluid optimum serves everyone in full, and there is no need to solve
+    it. O(robots x sizes); a fleet near capacity is left to the program."""
+    sizes = np.arange(1, s.max_batch_size + 1)
+    latency_s = s.latency_table_s[sizes][:, None]
+    lost = np.ceil(s.control_hz[None, :] * (latency_s + 2.0 * s.downlink_s[None, :])) + 1.0
+    kept = s.max_execution_horizon[None, :] - lost
+    # Each robot's chunk must outlast a batch: one batch serves a robot once.
+    outlasts = np.all(kept > s.control_hz[None, :] * latency_s, axis=1)
+    chunks_per_s = np.sum(s.control_hz[None, :] / np.maximum(kept, 1.0), axis=1)
+    return bool(np.any(outlasts & (chunks_per_s <= headroom * sizes / latency_s[:, 0])))
+
+
+@lru_cache(maxsize=_MEMO_SIZE)
+def _classes(
+    keys: bytes,
+) -> tuple[tuple[tuple[float, ...], ...], tuple[int, ...], np.ndarray]:
+    """Robots alike in (rate, horizon, link steps, weight), from the four columns' bytes:
+    the classes, their counts, and each robot's class."""
+    rows = np.frombuffer(keys, dtype=np.float64).reshape(-1, 4)
+    classes, inverse, counts = np.unique(rows, axis=0, return_inverse=True, return_counts=True)
+    inverse = inverse.ravel()
+    inverse.flags.writeable = False
+    return tuple(map(tuple, classes.tolist())), tuple(counts.tolist()), inverse
 
 
 @lru_cache(maxsize=_MEMO_SIZE)

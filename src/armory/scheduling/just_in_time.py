@@ -81,7 +81,7 @@ import numpy as np
 
 from armory.scheduling.base import Scheduler
 from armory.scheduling.config import SchedulerConfig
-from armory.scheduling.fluid_mix import fluid_mix
+from armory.scheduling.fluid_mix import fluid_mix, surely_fits
 from armory.scheduling.ordering import worth_order
 from armory.scheduling.rollout_checks import best_cadence, best_first_batch, steady_cadence
 from armory.scheduling.snapshot import Batch, Snapshot
@@ -436,6 +436,8 @@ class JustInTimeScheduler(Scheduler):
     def _fluid_optimum(self, s: Snapshot) -> tuple[bool, np.ndarray]:
         """Whether the fleet's fluid optimum serves every robot in full, and the batch
         sizes it uses (every candidate size if it uses none)."""
+        if surely_fits(s):
+            return True, candidate_sizes(s.max_batch_size)
         mix = fluid_mix(s)
         sizes = mix.sizes if mix.sizes.size else candidate_sizes(s.max_batch_size)
         return mix.fits, sizes
