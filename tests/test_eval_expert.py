@@ -75,3 +75,24 @@ def test_expert_config_names_bad_values() -> None:
         ExpertPolicyConfig(latency_profile="nope")
     with pytest.raises(ValueError, match="latency_scale"):
         ExpertPolicyConfig(latency_scale=0.0)
+
+
+def test_emulated_latency_is_scaled_and_time_scale_divides_it() -> None:
+    """l40s-pi05 at latency scale 0.5 declares and waits half its batch-of-one latency;
+    armory eval --time-scale 0.5 serves the expert with latency scale 2."""
+    import time
+
+    from armory.eval.command import Eval
+
+    policy = ExpertPolicyConfig(latency_profile="l40s-pi05", latency_scale=0.5).make()
+    assert policy.metadata.latency_points[1] == pytest.approx(0.035)
+    env = So101PickConfig().make()
+    try:
+        env.reset(seed=0, episode=0, scenario=Scenario(seed=0, episode=0))
+        started = time.perf_counter()
+        policy.infer_batch([_request(env, "robot-0", 0)])
+        assert time.perf_counter() - started >= 0.035
+    finally:
+        env.close()
+    scaled = Eval(time_scale=0.5)._scaled_policy()
+    assert scaled.latency_scale == pytest.approx(2.0)
