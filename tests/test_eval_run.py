@@ -182,3 +182,13 @@ def test_groot_door_state_width_mismatch_is_refused_before_start(
     assert main([*argv, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert "hold 18 values" in err and "float32 [8]" in err
+
+
+def test_a_policy_whose_actions_do_not_fit_is_refused_before_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The mock's 7-value actions cannot drive PushT's 2-value agent: one line naming both."""
+    policy = ["policy:mock", "--policy.image-keys", "--policy.state-key", "observation.state"]
+    argv = ["eval", "env:pusht", *policy, "--policy.state-dim", "2"]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    assert "actions of 7 values; env:pusht executes 2" in capsys.readouterr().err

@@ -25,7 +25,7 @@ from typing import Any
 from armory_client import ArmoryClientError, AsyncPolicyClient
 
 from armory.eval.groot_client import check_groot_inputs
-from armory.eval.mapping import check_mapping
+from armory.eval.mapping import MappingError, check_mapping
 from armory.eval.plan import EvalPlan
 from armory.eval.results import EpisodeResult, EvalSummary, summarize
 from armory.eval.robot_process import RobotJob, robot_main, scene_seed
@@ -72,11 +72,21 @@ async def server_metadata(plan: EvalPlan) -> dict[str, Any]:
         await client.close()
 
 
-def check_observation(plan: EvalPlan, axes: Mapping[str, Axis], inputs: Mapping[str, Any]) -> float:
-    """Make the environment here once and check that its first observation feeds
-    ``inputs`` (raises MappingError listing every misfit); returns its control rate."""
+def check_environment(
+    plan: EvalPlan, axes: Mapping[str, Axis], metadata: Mapping[str, Any]
+) -> float:
+    """Make the environment here once and check that its first observation feeds the
+    policy's declared inputs and that the policy's actions fit it (raises MappingError
+    naming every misfit); returns its control rate."""
+    inputs = metadata.get("inputs") or {}
     env = plan.env.make()
     try:
+        action_dim = metadata.get("action_dim")
+        if action_dim != env.action_dim:
+            raise MappingError(
+                f"the policy returns actions of {action_dim} values; env:{plan.env.name} "
+                f"executes {env.action_dim}"
+            )
         env.reset(
             seed=scene_seed(plan.seed, 0),
             episode=0,
@@ -111,7 +121,7 @@ def prepare(plan: EvalPlan) -> PreparedEval:
     if not isinstance(horizon, int) or horizon < 1:
         raise EvalError(f"the server at {plan.uri} names no action_horizon: not an openpi server?")
     inputs = metadata.get("inputs") or {}
-    control_hz = check_observation(plan, axes, inputs)
+    control_hz = check_environment(plan, axes, metadata)
     info = {
         "version": RESULTS_VERSION,
         "env": plan.env.name,
