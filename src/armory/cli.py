@@ -23,6 +23,7 @@ from typing import Annotated, Literal, NoReturn
 import tyro
 import yaml
 from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from armory.cli_text import tyro_text
 from armory.engine.config import ServerConfig
@@ -371,7 +372,10 @@ class Fleet:
                 fleet, options, bound_of=fleet_bound if self.bound else None, on_progress=show
             )
             try:
-                report = asyncio.run(run)
+                with logging_redirect_tqdm():  # warnings print above the bar, not into it
+                    report = asyncio.run(run)
+                for bar in bars:
+                    bar.n = self.duration_s  # the run ran its whole duration
             finally:
                 for bar in bars:
                     bar.close()
