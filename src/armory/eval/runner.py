@@ -81,12 +81,6 @@ def check_environment(
     inputs = metadata.get("inputs") or {}
     env = plan.env.make()
     try:
-        action_dim = metadata.get("action_dim")
-        if action_dim != env.action_dim:
-            raise MappingError(
-                f"the policy returns actions of {action_dim} values; env:{plan.env.name} "
-                f"executes {env.action_dim}"
-            )
         env.reset(
             seed=scene_seed(plan.seed, 0),
             episode=0,
@@ -96,6 +90,12 @@ def check_environment(
             check_mapping(env.observation(), plan.mapping, inputs, env=plan.env.name)
         else:
             check_groot_inputs(env.observation(), inputs, env=plan.env.name)
+        action_dim = metadata.get("action_dim")
+        if action_dim != env.action_dim:
+            raise MappingError(
+                f"the policy returns actions of {action_dim} values; env:{plan.env.name} "
+                f"executes {env.action_dim}"
+            )
         return env.control_hz
     finally:
         env.close()
