@@ -192,3 +192,25 @@ def test_a_policy_whose_actions_do_not_fit_is_refused_before_start(
     argv = ["eval", "env:pusht", *policy, "--policy.state-dim", "2"]
     assert main([*argv, "--out", str(tmp_path / "out")]) == 2
     assert "actions of 7 values; env:pusht executes 2" in capsys.readouterr().err
+
+
+def test_groot_door_of_a_running_server_given_with_door_port(tmp_path: Path) -> None:
+    """--server HOST:PORT --door groot --door-port P: metadata from the openpi door, robots
+    over the GR00T door of the same server."""
+    pytest.importorskip("zmq")
+    from armory.policies.mock import MockPolicyConfig
+    from armory.serve import ArmoryServer, ServerThread
+    from armory.transports.groot_config import GrootDoorConfig
+
+    policy = MockPolicyConfig(
+        image_keys=(), state_dim=18, action_dim=2, latency_profile="linear"
+    ).make()
+    door = GrootDoorConfig(port=0).door("127.0.0.1")
+    server = ArmoryServer(policy, host="127.0.0.1", port=0, doors=[door])
+    out = tmp_path / "out"
+    with ServerThread(server) as thread:
+        argv = ["eval", "env:pusht", "--server", f"127.0.0.1:{thread.port}", "--door", "groot"]
+        argv += ["--door-port", str(server.doors[0].port), "--episodes", "1"]
+        assert main([*argv, "--episode-time-s", "1", "--out", str(out), "--no-progress"]) == 0
+    (episode,) = _results(out)["episodes"]
+    assert episode["num_requests"] > 0 and episode["num_request_errors"] == 0
