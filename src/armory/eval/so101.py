@@ -63,6 +63,8 @@ class So101PickConfig(EnvConfig):
     block and goal positions."""
     image_size: int = 128
     task: str = "Pick up the cube and place it on the goal."
+    shadows: bool = False
+    """Render shadows (about ten times slower with a software renderer)."""
 
     @property
     def name(self) -> str:
@@ -98,6 +100,8 @@ class So101PickEnv(Environment):
             action_scale=DEFAULT_ACTION_SCALE,
         )
         model = self._env.model
+        if not config.shadows:
+            model.light_castshadow[:] = 0
         self._camera = model.camera("front").id
         self._base = model.body("base").id
         self._block_body = model.body("block").id
