@@ -28,6 +28,7 @@ def _episode(episode: int, robot: str, success: bool, starved: int) -> EpisodeRe
         mean_observation_age_s=0.2,
         num_requests=5,
         num_request_errors=0,
+        num_missed_ticks=0,
         wall_s=5.0,
     )
 

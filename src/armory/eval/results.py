@@ -44,6 +44,9 @@ class EpisodeResult:
     """Mean age, in simulated seconds, of the observation behind each executed action."""
     num_requests: int
     num_request_errors: int
+    num_missed_ticks: int
+    """Tick slots the robot's loop skipped because it ran a full period late (a machine
+    too loaded for the time scale: lower --time-scale)."""
     wall_s: float
     """Wall-clock seconds the episode took."""
     queue_trace: list[int] = field(default_factory=list)
@@ -86,6 +89,8 @@ class EvalSummary:
     """Starved ticks / counted ticks over every robot and episode."""
     mean_chunk_latency_s: float | None
     mean_observation_age_s: float | None
+    num_missed_ticks: int = 0
+    """Tick slots skipped over all robots and episodes (0 when the machine kept up)."""
     robots: list[RobotSummary] = field(default_factory=list)
 
 
@@ -129,6 +134,7 @@ def summarize(episodes: Sequence[EpisodeResult]) -> EvalSummary:
         starvation=_starvation(episodes),
         mean_chunk_latency_s=_mean([r.mean_chunk_latency_s for r in episodes]),
         mean_observation_age_s=_mean([r.mean_observation_age_s for r in episodes]),
+        num_missed_ticks=sum(r.num_missed_ticks for r in episodes),
         robots=robots,
     )
 
@@ -144,7 +150,8 @@ def format_table(summary: EvalSummary, run: Mapping[str, Any]) -> str:
         f"mean episode {summary.mean_steps:.1f} steps ({summary.mean_sim_time_s:.1f} s), "
         f"mean reward {summary.mean_reward:.3f}, starvation {summary.starvation:.1%}, "
         f"chunk latency {_ms(summary.mean_chunk_latency_s)}, "
-        f"observation age {_ms(summary.mean_observation_age_s)}",
+        f"observation age {_ms(summary.mean_observation_age_s)}, "
+        f"missed ticks {summary.num_missed_ticks}",
         "",
         f"{'robot':<10} {'episodes':>8} {'success':>8} {'starved':>8} {'latency':>9} "
         f"{'obs age':>9}",

@@ -210,6 +210,7 @@ async def run_episode(job: RobotJob, env: Environment, episode: int) -> EpisodeR
         ),
         num_requests=summary.num_requests,
         num_request_errors=summary.num_request_errors,
+        num_missed_ticks=summary.num_missed_ticks,
         wall_s=wall_s,
         queue_trace=[tick.actions_left for tick in runtime.stats.ticks],
     )
