@@ -55,8 +55,8 @@ def test_so101_two_robots_with_the_expert_and_a_ticket(
 
 
 def test_pusht_two_robots_with_a_mapped_mock_policy(tmp_path: Path) -> None:
-    """PushT runs two robots against a mock declaring PushT's state input; the reward is
-    recorded."""
+    """PushT runs two robots against a mock declaring PushT's state input under another
+    name; the reward and the mock's noise ticket are recorded."""
     out = tmp_path / "out"
     policy = [
         "policy:mock",
@@ -71,15 +71,18 @@ def test_pusht_two_robots_with_a_mapped_mock_policy(tmp_path: Path) -> None:
         "linear",
     ]
     options = ["--robots", "2", "--episodes", "2", "--episode-time-s", "1"]
-    mapping = ["--mapping", "observation.state", "agent"]
+    mapping = ["--mapping", "observation.state", "agent", "--policy.noise.seed", "9"]
     assert main(["eval", "env:pusht", *policy, *options, *mapping, "--out", str(out)]) == 0
     results = _results(out)
     assert results["run"]["env"] == "pusht" and results["run"]["mapping"] == {
         "observation.state": "agent"
     }
+    ticket = make_noise(NoiseConfig(seed=9), (10, 2))
+    assert ticket is not None
     for episode in results["episodes"]:
-        assert episode["num_steps"] > 0 and episode["ticket"] is None
-        assert episode["reward"] >= 0.0
+        assert episode["num_steps"] > 0 and episode["reward"] >= 0.0
+        assert episode["ticket"]["sha256"] == ticket.sha256
+        assert episode["ticket"]["served_sha256"] == [ticket.sha256]
 
 
 def test_pusht_camera_images_reach_an_image_policy_with_physics_variation(tmp_path: Path) -> None:
