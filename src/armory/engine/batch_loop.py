@@ -42,6 +42,7 @@ from armory.engine.errors import (
     PolicyError,
     QueueStateError,
     RequestError,
+    RequestTimeout,
     ServerClosing,
     SessionClosed,
     Superseded,
@@ -176,6 +177,7 @@ class BatchLoop:
         check_invariants: bool = True,
         idle_poll_s: float = 0.05,
         decide_ahead_s: float = 0.0,
+        request_timeout_s: float | None = None,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -192,6 +194,9 @@ class BatchLoop:
         running one should end, and queue it behind it (0: when it ends)."""
         self.recent_decision_s = 0.0
         """Moving average of the scheduler's time per decision (added to the lead)."""
+        self.request_timeout_s = request_timeout_s
+        """A request no batch has taken this long after its arrival is withdrawn and
+        fails with RequestTimeout (None: requests wait as long as it takes)."""
         self.mirror = QueueMirror()
         self.recent_batch_size = 1.0
         """Moving average of batch sizes (used to tell robots when to ask again)."""
@@ -210,6 +215,8 @@ class BatchLoop:
         self._timer: asyncio.TimerHandle | None = None
         """Decides ahead while no batch is queued; takes the queued one back after."""
         self._task: asyncio.Task[None] | None = None
+        self._expiry: asyncio.TimerHandle | None = None
+        """Sweeps waiting requests past the request timeout."""
         self._closing = False
 
     # ---- lifecycle -----------------------------------------------------
@@ -217,10 +224,14 @@ class BatchLoop:
     def start(self) -> None:
         """Start the loop task on the running event loop."""
         self._task = asyncio.get_running_loop().create_task(self._run(), name="armory-batch-loop")
+        if self.request_timeout_s is not None:
+            self._schedule_expiry()
 
     async def stop(self) -> None:
         """Refuse new requests, fail waiting ones, let a running batch finish, stop the worker."""
         self._closing = True
+        if self._expiry is not None:
+            self._expiry.cancel()
         for request in list(self._waiting.values()):
             _fail(request.future, ServerClosing("the server is shutting down"))
         self._waiting.clear()
@@ -314,6 +325,32 @@ class BatchLoop:
         if robot_id in self.mirror:
             self.mirror.release(robot_id)
         return True
+
+    def _schedule_expiry(self) -> None:
+        assert self.request_timeout_s is not None
+        period_s = min(1.0, self.request_timeout_s / 4)
+        self._expiry = asyncio.get_running_loop().call_later(period_s, self._expire)
+
+    def _expire(self) -> None:
+        """Timer: withdraw every waiting request older than the request timeout (its
+        future fails with RequestTimeout); then again in a while. No cost per request."""
+        assert self.request_timeout_s is not None
+        timeout_s = self.request_timeout_s
+        oldest_s = self.clock() - timeout_s
+        for robot_id, request in list(self._waiting.items()):
+            if request.received_s < oldest_s:
+                del self._waiting[robot_id]
+                if robot_id in self.mirror:
+                    self.mirror.release(robot_id)
+                _fail(
+                    request.future,
+                    RequestTimeout(
+                        f"no batch took this request within {timeout_s:g} s "
+                        "(--server.request-timeout-s): its queue state put it behind every "
+                        "other robot; send a new observation"
+                    ),
+                )
+        self._schedule_expiry()
 
     def remove(self, robot_id: int) -> None:
         """Forget a robot whose connection closed; a chunk being computed for it is dropped."""

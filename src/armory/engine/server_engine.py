@@ -23,7 +23,7 @@ from armory_client import ARMORY_KEY, RobotState
 
 from armory.engine.batch_loop import BatchLoop, ChunkResult, Clock, LoopStats
 from armory.engine.config import ServerConfig
-from armory.engine.errors import QueueStateError, RequestTimeout, SessionClosed, Superseded
+from armory.engine.errors import QueueStateError, SessionClosed, Superseded
 from armory.engine.executor import Executor
 from armory.engine.latency_profile import LatencyProfile
 from armory.engine.session import (
@@ -176,6 +176,7 @@ class ServerEngine:
             clock=clock,
             check_invariants=config.check_invariants,
             decide_ahead_s=config.decide_ahead_s,
+            request_timeout_s=config.request_timeout_s,
         )
         self._sessions: dict[int, Session] = {}
         self._by_name: dict[str, Session] = {}
@@ -290,7 +291,7 @@ class ServerEngine:
                 robot_id, future, request.received_s + defer_after_s
             ):
                 return self._deferred_reply(request)
-            result = await self._chunk_in_time(robot_id, future, request.received_s)
+            result = await future
         except Superseded:
             self._num_superseded += 1
             return self._deferred_reply(request)
@@ -314,21 +315,8 @@ class ServerEngine:
             observation_step=None if state is None else state.observation_step,
         )
 
-    async def _chunk_in_time(
-        self, robot_id: int, future: asyncio.Future[ChunkResult], received_s: float
-    ) -> ChunkResult:
-        """The request's chunk; RequestTimeout when no batch took it within the request
-        timeout (it is withdrawn: the mirror no longer holds it)."""
-        timeout_s = self.config.request_timeout_s
-        if not await self._withdrawn(robot_id, future, received_s + timeout_s, count=False):
-            return await future
-        raise RequestTimeout(
-            f"no batch took this request within {timeout_s:g} s (--server.request-timeout-s): "
-            "its queue state put it behind every other robot; send a new observation"
-        )
-
     async def _withdrawn(
-        self, robot_id: int, future: asyncio.Future[Any], deadline_s: float, *, count: bool = True
+        self, robot_id: int, future: asyncio.Future[Any], deadline_s: float
     ) -> bool:
         """Wait for ``future`` until ``deadline_s`` (server clock); True when the request
         was then taken back before any batch took it."""
@@ -340,7 +328,7 @@ class ServerEngine:
         if future.done():
             return False
         withdrawn = self.loop.withdraw(robot_id)
-        if withdrawn and count:
+        if withdrawn:
             self._num_deferred += 1
         return withdrawn
 
