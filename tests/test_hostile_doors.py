@@ -3,8 +3,10 @@ clear error, the server keeps answering, nobody else notices."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import pickle
+import threading
 import time
 import types
 import urllib.request
@@ -49,6 +51,7 @@ from armory.transports.lerobot_protocol import (
     decode_instructions,
 )
 from armory.transports.lerobot_protocol import TimedObservation as ReadObservation
+from armory.transports.off_loop import OFF_LOOP_BYTES, decode_off_loop
 from armory.transports.safe_unpickle import MAX_OPCODES, PickleRefused, safe_loads
 
 # ---- LeRobot ---------------------------------------------------------------------
@@ -264,6 +267,40 @@ def test_msgpack_decoding_is_bounded_by_the_frame_size() -> None:
     np.testing.assert_array_equal(out["image"], obs["image"])
     assert max_items(64 * 2**20) == 262_144
     assert max_maps(64 * 2**20) == 65_536
+
+
+def test_a_frame_of_millions_of_empty_maps_is_refused_off_the_loop() -> None:
+    """16 MiB of empty maps (once 1.2 GB of memory and 1.8 s of a stalled loop): a clear
+    error at once, decoded in a worker thread; the server answers /healthz meanwhile."""
+    frame = b"\xdd" + (16 * 2**20).to_bytes(4, "big") + b"\x80" * (16 * 2**20)
+    with running_server() as thread, connect(thread.uri, max_size=None) as ws:
+        ws.recv()
+        started = time.monotonic()
+        ws.send(frame)
+        reply = ws.recv(timeout=10)
+        assert isinstance(reply, str) and "max_array_len" in reply
+        assert time.monotonic() - started < 2.0
+        health = urllib.request.urlopen(f"http://127.0.0.1:{thread.port}/healthz")
+        assert health.read() == b"OK\n"
+
+
+def test_large_frames_are_decoded_in_a_worker_thread() -> None:
+    """decode_off_loop: small frames on the calling thread, large ones in another."""
+    seen: list[str] = []
+
+    def decode(frame: bytes) -> int:
+        seen.append(threading.current_thread().name)
+        return len(frame)
+
+    async def both() -> list[int]:
+        return [
+            await decode_off_loop(decode, b"x" * 10),
+            await decode_off_loop(decode, b"x" * (OFF_LOOP_BYTES + 1)),
+        ]
+
+    assert asyncio.run(both()) == [10, OFF_LOOP_BYTES + 1]
+    assert seen[0] == threading.current_thread().name
+    assert seen[1] != threading.current_thread().name
 
 
 def test_the_openpi_door_refuses_connections_past_the_limit() -> None:
