@@ -217,3 +217,21 @@ def test_groot_door_of_a_running_server_given_with_door_port(tmp_path: Path) -> 
         assert main([*argv, "--episode-time-s", "1", "--out", str(out), "--no-progress"]) == 0
     (episode,) = _results(out)["episodes"]
     assert episode["num_requests"] > 0 and episode["num_request_errors"] == 0
+
+
+def test_execution_horizon_and_merge_rule_reach_the_robots(tmp_path: Path) -> None:
+    """--execution-horizon 4 keeps each robot's queue at 4 actions or fewer; the merge rule
+    and horizon are recorded; a horizon beyond the policy's chunk is refused."""
+    out = tmp_path / "out"
+    policy = ["policy:mock", "--policy.image-keys", "--policy.state-key", "observation.state"]
+    policy += ["--policy.state-dim", "2", "--policy.action-dim", "2"]
+    options = ["--episodes", "1", "--episode-time-s", "1", "--execution-horizon", "4"]
+    options += ["--merge-rule", "weighted_average", "--out", str(out), "--no-progress"]
+    assert main(["eval", "env:pusht", *policy, *options]) == 0
+    results = _results(out)
+    assert results["run"]["execution_horizon"] == 4
+    assert results["run"]["merge_rule"] == "weighted_average"
+    (episode,) = results["episodes"]
+    assert 0 < max(episode["queue_trace"]) <= 4
+    too_long = [*policy, "--execution-horizon", "11", "--out", str(tmp_path / "no")]
+    assert main(["eval", "env:pusht", *too_long]) == 2

@@ -69,6 +69,11 @@ class Eval:
     """Options of the in-process server (scheduler, max batch size, ...)."""
     request_mode: Literal["directed", "threshold", "every-tick"] = "directed"
     """How robots ask for chunks: directed, threshold or every-tick."""
+    merge_rule: str = "replace"
+    """How a landing chunk joins a robot's queue: replace, weighted_average, latest_only,
+    average, conservative, temporal_ensemble or rtc."""
+    execution_horizon: int | None = None
+    """Most actions a robot plays of one chunk; None: the policy's whole chunk."""
     door: Literal["openpi", "groot"] = "openpi"
     """The front door robots use: openpi (WebSocket, Armory's queue state) or groot
     (ZeroMQ, plain clients; the in-process server opens it)."""
@@ -146,6 +151,8 @@ class Eval:
             seed=self.seed,
             time_scale=self.time_scale,
             request_mode=self.request_mode,
+            merge_rule=self.merge_rule,
+            execution_horizon=self.execution_horizon,
             groot_port=groot_port,
             mapping=self.mapping,
             variation=self.variation,

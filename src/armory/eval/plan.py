@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from armory_client import MERGE_RULES
+
 from armory.eval.environment import EnvConfig
 from armory.eval.recording import RecordConfig
 from armory.eval.variation import VariationConfig
@@ -26,6 +28,10 @@ class EvalPlan:
     seed: int
     time_scale: float = 1.0
     request_mode: str = "directed"
+    merge_rule: str = "replace"
+    """How a landing chunk joins each robot's queue (``armory_client.MERGE_RULES``)."""
+    execution_horizon: int | None = None
+    """Most actions a robot plays of one chunk; None: the policy's whole chunk."""
     groot_port: int | None = None
     """Robots connect to the server's GR00T door on this port (same host) instead."""
     mapping: Mapping[str, str] = field(default_factory=dict)
@@ -54,5 +60,11 @@ class EvalPlan:
             raise ValueError(
                 f"--action-delay-ticks must be in 0..100, got {self.action_delay_ticks}"
             )
+        if self.merge_rule not in MERGE_RULES:
+            raise ValueError(
+                f"unknown merge rule {self.merge_rule!r}; valid: {', '.join(MERGE_RULES)}"
+            )
+        if self.execution_horizon is not None and self.execution_horizon < 1:
+            raise ValueError(f"--execution-horizon must be >= 1, got {self.execution_horizon}")
         if not 0 < self.time_scale <= 10:
             raise ValueError(f"--time-scale must be in (0, 10], got {self.time_scale}")

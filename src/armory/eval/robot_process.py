@@ -47,8 +47,8 @@ class RobotJob:
     """The run's settings (environment, server, episodes, variation, ...)."""
     inputs: Mapping[str, Any]
     """The policy's declared inputs (its metadata frame)."""
-    action_horizon: int
-    """Actions per chunk the policy returns (the most a robot plays of one)."""
+    execution_horizon: int
+    """The most actions a robot plays of one chunk (at most the policy's chunk)."""
     axes: Mapping[str, Axis]
     """The environment's variation axes."""
     run_info: Mapping[str, Any]
@@ -179,8 +179,9 @@ async def run_episode(job: RobotJob, env: Environment, episode: int) -> EpisodeR
         RuntimeConfig(
             robot_id=job.robot_id,
             control_hz=control_hz,
-            max_execution_horizon=job.action_horizon,
+            max_execution_horizon=job.execution_horizon,
             request_mode=plan.request_mode,
+            merge_rule=plan.merge_rule,
             duration_s=wall_limit_s,
             # Every tick of the episode is kept: the queue trace comes from them.
             history_len=math.ceil(wall_limit_s * control_hz) + 1,

@@ -120,6 +120,12 @@ def prepare(plan: EvalPlan) -> PreparedEval:
     horizon = metadata.get("action_horizon")
     if not isinstance(horizon, int) or horizon < 1:
         raise EvalError(f"the server at {plan.uri} names no action_horizon: not an openpi server?")
+    if plan.execution_horizon is not None and plan.execution_horizon > horizon:
+        raise EvalError(
+            f"--execution-horizon {plan.execution_horizon} exceeds the policy's chunk of "
+            f"{horizon} actions"
+        )
+    execution_horizon = plan.execution_horizon or horizon
     inputs = metadata.get("inputs") or {}
     control_hz = check_environment(plan, axes, metadata)
     info = {
@@ -137,6 +143,8 @@ def prepare(plan: EvalPlan) -> PreparedEval:
         "seed": plan.seed,
         "time_scale": plan.time_scale,
         "request_mode": plan.request_mode,
+        "merge_rule": plan.merge_rule,
+        "execution_horizon": execution_horizon,
         "door": "openpi" if plan.groot_port is None else f"groot (port {plan.groot_port})",
         "action_delay_ticks": plan.action_delay_ticks,
         "mapping": dict(plan.mapping),
@@ -151,7 +159,7 @@ def prepare(plan: EvalPlan) -> PreparedEval:
             robot_id=f"robot-{i}",
             plan=plan,
             inputs=inputs,
-            action_horizon=horizon,
+            execution_horizon=execution_horizon,
             axes=axes,
             run_info={k: info.get(k) for k in ("policy", "server", "scheduler", "time_scale")},
         )
