@@ -200,6 +200,9 @@ class BatchLoop:
         self.mirror = QueueMirror()
         self.recent_batch_size = 1.0
         """Moving average of batch sizes (used to tell robots when to ask again)."""
+        self._waits_dry: set[int] = set()
+        """Directed robots the scheduler keeps waiting dry, as of batch ``_waits_dry_batch``."""
+        self._waits_dry_batch = -1
         self._waiting: dict[int, _Request] = {}
         self._inflight: dict[int, list[_Request]] = {}
         """Requests handed to the worker, per robot (a pipelined robot may have one in the
@@ -361,6 +364,18 @@ class BatchLoop:
         if robot_id in self.mirror:
             self.mirror.remove(robot_id)
             self._wake.set()
+
+    def waits_dry(self, robot_id: int) -> bool:
+        """Whether the scheduler will keep this directed robot waiting with an empty queue
+        (``Scheduler.waits_dry``), asked once per batch: its next observation should then
+        be taken once its queue has run dry."""
+        if self._waits_dry_batch != self._counters.num_batches:
+            max_batch = self.max_batch_size
+            snapshot = self.mirror.snapshot(self.clock(), self.profile.table(max_batch), max_batch)
+            waiting = self.scheduler.waits_dry(snapshot)
+            self._waits_dry = set(snapshot.robot_id[waiting].tolist())
+            self._waits_dry_batch = self._counters.num_batches
+        return robot_id in self._waits_dry
 
     def stats(self) -> LoopStats:
         c = self._counters

@@ -49,6 +49,8 @@ class RobotLimits:
     """Expected seconds from taking an observation to the server receiving it."""
     downlink_s: float = 0.0
     """Expected seconds from the server sending a chunk to the robot holding it."""
+    directed: bool = False
+    """The robot sends its observations when the server's replies say (directed mode)."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,7 @@ _INT_COLUMNS = (
     "queue_end",
     "report_queue_end",
 )
-_BOOL_COLUMNS = ("active", "has_obs")
+_BOOL_COLUMNS = ("active", "has_obs", "directed")
 
 
 class QueueMirror:
@@ -155,6 +157,7 @@ class QueueMirror:
         self.weight[row] = limits.weight
         self.uplink_s[row] = limits.uplink_s
         self.downlink_s[row] = limits.downlink_s
+        self.directed[row] = limits.directed
         self.min_execution_horizon[row] = limits.min_execution_horizon
         self.max_execution_horizon[row] = limits.max_execution_horizon
         self.active[row] = True
@@ -196,6 +199,7 @@ class QueueMirror:
         self.weight[row] = limits.weight
         self.uplink_s[row] = limits.uplink_s
         self.downlink_s[row] = limits.downlink_s
+        self.directed[row] = limits.directed
         self.min_execution_horizon[row] = limits.min_execution_horizon
         self.max_execution_horizon[row] = limits.max_execution_horizon
 
@@ -283,6 +287,7 @@ class QueueMirror:
             downlink_s=self.downlink_s[s].copy(),
             latency_table_s=latency_table_s,
             max_batch_size=max_batch_size,
+            directed=self.directed[s].copy(),
         )
 
     def deadline_of(self, robot_id: int) -> float:

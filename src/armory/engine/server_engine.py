@@ -298,7 +298,9 @@ class ServerEngine:
         request.session.answered(result.chunk_start)
         next_index = None
         if state is not None:
-            next_index = directed_send_index(result.chunk_start, plan.limits, self._lead_s(plan))
+            # A robot the scheduler keeps waiting dry is told to send once dry.
+            lead_s = 0.0 if self.loop.waits_dry(robot_id) else self._lead_s(plan)
+            next_index = directed_send_index(result.chunk_start, plan.limits, lead_s)
         return Reply(
             actions=result.actions,
             chunk_start=result.chunk_start,

@@ -173,6 +173,7 @@ class Session:
             weight=state.weight,
             uplink_s=link_s,
             downlink_s=link_s,
+            directed=state.directed,
         )
         self.episode_id = state.episode_id
         report = QueueReport(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import abc
 from typing import ClassVar
 
+import numpy as np
+
 from armory.scheduling.snapshot import Batch, Snapshot
 
 
@@ -24,3 +26,10 @@ class Scheduler(abc.ABC):
 
     def on_batch_done(self, batch: Batch, latency_s: float) -> None:  # noqa: B027
         """Called when a batch's forward pass finishes, with its measured seconds."""
+
+    def waits_dry(self, snapshot: Snapshot) -> np.ndarray:
+        """Called when chunks for directed robots are ready: per robot, whether the
+        scheduler will keep it waiting with an empty queue, so that it should send its
+        next observation only once its queue has run dry (a chunk from that observation
+        loses nothing to the wait). None by default."""
+        return np.zeros(snapshot.num_robots, dtype=bool)

@@ -118,6 +118,11 @@ _NEVER_S = 1e6
 """Up to this max batch size every size is a candidate; past it a geometric subset."""
 
 
+def _directed(s: Snapshot) -> np.ndarray:
+    """Per robot: it sends when the server says (all False when the snapshot says none)."""
+    return np.zeros(s.num_robots, dtype=bool) if s.directed is None else s.directed
+
+
 def candidate_sizes(max_size: int) -> np.ndarray:
     """Batch sizes to evaluate: all up to 16, then roughly geometric steps and the max."""
     if max_size <= _DENSE_SIZES:
@@ -325,9 +330,20 @@ class JustInTimeScheduler(Scheduler):
         # from a fresh one; a robot that asks once and waits would be served a stale one.
         age_s = s.now_s - s.obs_time_s
         streams = age_s <= 2.0 / s.control_hz + 2.0 * s.downlink_s + self.margin_s
-        if not streams.all():
-            return np.zeros_like(waits)
-        return np.where(share >= 1.0 - 1e-3, 0.0, np.minimum(waits, _NEVER_S))
+        # So can a directed robot whose observation was taken once its queue ran dry: its
+        # action index stands still while it waits, and the chunk loses nothing. (A
+        # threshold client would count the wait into its round trip and ask earlier.)
+        held_dry = _directed(s) & (s.obs_time_s >= s.deadline_s - 1e-9)
+        waits_ok = np.full(s.num_robots, bool(streams.all())) | held_dry
+        return np.where((share >= 1.0 - 1e-3) | ~waits_ok, 0.0, np.minimum(waits, _NEVER_S))
+
+    def waits_dry(self, snapshot: Snapshot) -> np.ndarray:
+        """Directed robots the fluid optimum serves less than in full, on a fleet over
+        capacity: fluid-share keeps them waiting dry, so they should send once dry."""
+        s = snapshot
+        if not self._on("fluid-share") or not _directed(s).any() or surely_fits(s):
+            return np.zeros(s.num_robots, dtype=bool)
+        return _directed(s) & (fluid_mix(s).share < 1.0 - 1e-3)
 
     def _singles_by_horizon(self, s: Snapshot) -> bool:
         """Whether the fluid optimum serves one robot per batch, every robot weighs the

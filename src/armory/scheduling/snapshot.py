@@ -38,6 +38,9 @@ class Snapshot:
     latency_table_s: np.ndarray
     """float64: forward-pass seconds for batch sizes 0..max_batch_size (entry 0 is 0)."""
     max_batch_size: int
+    directed: np.ndarray | None = None
+    """bool: the robot sends its observations when the server says (directed mode); None:
+    no robot does."""
 
     @property
     def num_robots(self) -> int:

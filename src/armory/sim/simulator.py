@@ -82,6 +82,7 @@ class Simulator:
                 weight=spec.weight,
                 uplink_s=spec.uplink.median_s,
                 downlink_s=spec.downlink.median_s,
+                directed=fleet.request_mode == "directed",
             )
             for spec in specs
         ]
@@ -224,14 +225,25 @@ class Simulator:
         self._recent_batch_size += BATCH_SIZE_SMOOTHING * (
             len(batch.robot_ids) - self._recent_batch_size
         )
+        waits_dry = self._waits_dry(t_s)
         for i, start, obs_time_s in chunks:
             robot = self.robots[i]
             land_s = t_s + self._delay_s(robot.spec.downlink)
             send_index = None
             if self.fleet.request_mode == "directed":
-                send_index = directed_send_index(start, self._limits[i], self._directed_lead_s(i))
+                # A robot the scheduler keeps waiting dry sends once dry (lead 0).
+                lead_s = 0.0 if i in waits_dry else self._directed_lead_s(i)
+                send_index = directed_send_index(start, self._limits[i], lead_s)
             self._push(land_s, _Event.LAND, (i, start, obs_time_s, send_index))
         self._try_schedule(t_s)
+
+    def _waits_dry(self, now_s: float) -> set[int]:
+        """Directed robots the scheduler will keep waiting dry (none in other modes)."""
+        if self.fleet.request_mode != "directed":
+            return set()
+        max_batch = self.fleet.max_batch_size
+        snapshot = self.mirror.snapshot(now_s, self.server_profile.table(max_batch), max_batch)
+        return set(snapshot.robot_id[self.scheduler.waits_dry(snapshot)].tolist())
 
     def _directed_lead_s(self, i: int) -> float:
         return directed_lead_s(

@@ -84,6 +84,10 @@ class RobotState:
     newer observation replaces this one if no batch has taken it yet (this one is then
     answered "deferred"), and one the server cannot serve yet waits instead of being
     refused."""
+    directed: bool = False
+    """Directed mode: the robot sends its next observation at the action index the server
+    names in each reply, and only then; the server may tell it to send once its queue has
+    run dry when it would keep the robot waiting anyway (sent only when true)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.robot_id, str) or not self.robot_id:
@@ -109,6 +113,8 @@ class RobotState:
             )
         if not isinstance(self.pipelined, bool):
             raise ValueError(f"RobotState.pipelined must be a bool, got {self.pipelined!r}")
+        if not isinstance(self.directed, bool):
+            raise ValueError(f"RobotState.directed must be a bool, got {self.directed!r}")
         if self.max_execution_horizon < self.min_execution_horizon:
             raise ValueError(
                 f"RobotState.max_execution_horizon ({self.max_execution_horizon}) is below "
@@ -117,7 +123,10 @@ class RobotState:
 
     def to_wire(self) -> dict[str, Any]:
         """The map sent under `ARMORY_KEY`: plain str, int, float and None values."""
-        return {_VERSION_KEY: WIRE_VERSION, **dataclasses.asdict(self)}
+        wire = {_VERSION_KEY: WIRE_VERSION, **dataclasses.asdict(self)}
+        if not self.directed:
+            del wire["directed"]  # servers that predate the field accept the map
+        return wire
 
     @classmethod
     def from_wire(cls, wire: Any) -> RobotState:

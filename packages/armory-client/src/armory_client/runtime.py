@@ -169,6 +169,7 @@ class RuntimeConfig:
             min_execution_horizon=self.min_execution_horizon,
             max_execution_horizon=self.max_execution_horizon,
             weight=self.weight,
+            directed=self.request_mode == "directed",
             **fields,
         )
 
