@@ -1,76 +1,26 @@
-"""just-in-time: Armory's default scheduler.
+"""just-in-time: Armory's default scheduler, a few named rules in one decision path.
 
-Two regimes, told apart at every decision.
+Within capacity (``on-time``, ``wait``, ``least-late``): every robot the server knows
+is ordered by when its next chunk must have finished computing (deadline minus
+downlink, its *due* time); for each batch size the scheduler plays that order in
+back-to-back batches and weighs how late each chunk would finish by what its robot
+loses per second (weight x rate). The least late size, then the one whose first batch
+buys the most motion per GPU second, is chosen; it starts at once, or at its latest
+start when that keeps everyone on time, so that chunks come from fresh observations
+and the GPU stays free for others.
 
-Within capacity, serve each robot as late as it safely can. Every robot the
-server knows is ordered by when its next chunk must have finished computing
-(deadline minus downlink, the *due* time); robots that have not asked yet need
-GPU time too, but only eligible ones can ride the next batch. For each batch
-size ``b`` the scheduler imagines serving that order in back-to-back batches of
-``b`` and adds up how late each robot's chunk would land, weighted by what the
-robot loses per second of starvation (weight x control rate). Among the sizes
-that make nobody late it takes the one that buys the most motion per GPU second
-(a chunk computed from an observation taken ``age`` ago and landing after
-``latency(b)`` adds ``E/f - latency(b) - age`` seconds), and it starts that
-batch only at its *latest start*: the last moment at which every robot in the
-order is still on time. Serving late means the observation behind each chunk is
-fresh, the chunk wastes few of its actions on time already passed, and each
-robot needs fewer chunks per second, which leaves the GPU room for everyone
-else. When every size is late by the safety margin on a fleet that fits, the
-sizes are compared by lateness past the deadlines plus a fifth of a tick, not
-plus the margin: the mirror's deadline already sits up to a tick early, and the
-margin would let a heavy robot's lateness that costs no tick outweigh a light
-robot's that does.
+Over capacity, as the weighted fluid optimum (:mod:`armory.scheduling.fluid_mix`)
+says: with every robot streaming (``fluid-share``), each robot's due time moves by
+the dry wait that serves it the share of its ticks the optimum serves, and the rule
+above runs on the moved times; otherwise robots are ranked by the weighted actions a
+chunk adds, at batch sizes the optimum uses (``overload``, with ``empty-queue-wait``
+and ``longest-chunk-due`` for singles). Small streaming fleets have their batch
+checked by plays of the fleet forward (``rollout``, ``cadence``, ``steady-cadence``).
+Directed robots the scheduler keeps waiting dry are told to send once dry
+(:meth:`JustInTimeScheduler.waits_dry`).
 
-Over capacity, somebody starves whatever is done, and the question becomes who
-and how efficiently. The fleet is over capacity when its fluid optimum
-(:mod:`armory.scheduling.fluid`, solved once per fleet composition and again
-when the latency table moves by more than 2%) cannot serve every robot in full;
-a transient burst on a fleet that fits stays with the rule above. Over capacity,
-once even the best back-to-back plan loses more than a few actions, the optimum
-also says which batch sizes the best steady state uses: those it runs when each
-chunk pays the fewest ticks its latency can hold, and those it runs when each pays
-the ticks expected at a random phase (solved a second time). If it serves robots one
-at a time and all weigh the same, batching more would only lengthen everyone's
-wait, and the just-in-time rule carries on. Otherwise a chunk for robot i adds
-``g_i = E_i/f_i - max(0, deadline_i - obs_time_i)`` seconds of motion (its
-horizon less the part of the old queue it overlaps), whatever batch it rides in;
-the scheduler sorts robots by ``weight_i * f_i * g_i`` (the weighted actions the
-chunk is worth) and, among the sizes the optimum uses, takes the one whose
-prefix buys the most weighted actions per second of forward pass. Robots that
-have already run dry are worth a full chunk, robots with a long queue are worth
-little, and heavy robots come first: the shortage lands on the robots whose
-motion the fleet values least, in batches that use the GPU best. When the optimum
-serves one robot per batch, a robot about to run dry may be worth a short wait:
-the observation it sends on its last action's tick buys its whole horizon, and
-the GPU idles for it when that buys more weighted actions per second of forward
-pass and wait than the best chunk now. When it serves one robot per batch and all
-weigh the same, the rule's earliest due is the robot dry longest, and every robot
-would starve alike; if every robot streams observations, among the robots whose
-single must start now the one whose chunk holds the most seconds of motion goes
-first instead, and robots with short chunks, which turn GPU time into motion least
-well, take the shortage.
-
-Over capacity, with every plan late and a small fleet whose robots send an
-observation every tick, the rule's batch is then checked by rollouts
-(:mod:`armory.scheduling.rollout`): each candidate first batch (for every size,
-the robots first by deadline or first by worth) is played forward 0.75 s, tick by
-tick, under a continuation that keeps its order and size (or picks sizes as the
-overload rule does), and one that starves the fleet at least half a weighted tick
-less than the rule's batch (under its best continuation) replaces it. A greedy rule
-sees one batch; the rollout sees that a heavy robot served early needs its next
-chunk sooner, or that a batch one robot larger would have kept up.
-
-Both regimes then check the batch against steady cadences, played 1.5 s:
-back-to-back batches of one size, earliest deadline first. Over capacity, a
-cadence that starves the fleet at least half a weighted tick less than the batch
-(under its best of three continuations) replaces it. On a fleet that fits, if the
-rule's size played back-to-back starves a robot while another size starves
-nobody, the smallest such size is taken: the rule judges one round of the fleet,
-and near capacity small batches that are on time for one round can cost more GPU
-per chunk than the fleet can sustain.
-
-docs/scheduling.md gives the reasoning and the measured results.
+Every batch names its rule (:data:`RULES`); docs/scheduling.md gives the reasoning,
+the ablation of each rule and the measured results.
 """
 
 from __future__ import annotations
