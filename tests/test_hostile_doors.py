@@ -16,16 +16,17 @@ import grpc
 import msgpack
 import numpy as np
 import pytest
+import zmq
 from armory_client import CodecError
 from armory_client.codec import max_items, max_maps, packb, unpackb
-from groot_client import GrootClient
+from groot_client import GrootClient, groot_observation
 from lerobot_client.wire import (
     AsyncInferenceClient,
     TimedObservation,
     instructions,
     raw_observation,
 )
-from server_harness import make_mock, running_server
+from server_harness import make_mock, make_obs, running_server
 from test_lerobot_door import (
     CAMERAS,
     FEATURES,
@@ -41,8 +42,10 @@ from websockets.sync.client import connect
 
 from armory.engine.config import ServerConfig
 from armory.engine.errors import MAX_MESSAGE_CHARS, PolicyError, public_text
+from armory.engine.latency_profile import LinearProfileConfig
 from armory.serve import ArmoryServer, ServerThread
 from armory.transports.groot_config import GrootDoorConfig
+from armory.transports.groot_protocol import encode_reply
 from armory.transports.lerobot_grpc import LeRobotDoorConfig
 from armory.transports.lerobot_protocol import (
     MAX_CONTROL_HZ,
@@ -209,6 +212,37 @@ def test_the_groot_door_refuses_robots_past_the_limit() -> None:
         assert first.get_modality_config()
         assert "--server.max-connections" in second.reset()["error"]
         assert first.get_modality_config()
+
+
+def test_a_groot_request_flood_gets_busy_replies_not_unbounded_work() -> None:
+    """A DEALER socket (not REQ: it need not wait for replies) sends a slow get_action,
+    then 20 pings: with --server.max-connections 1 request in progress, each ping gets
+    an error reply at once instead of a task of its own; every request gets exactly one
+    reply, and the get_action its chunk."""
+    policy = make_mock(linear=LinearProfileConfig(intercept_s=0.3, slope_s=0.0))
+    server = ArmoryServer(
+        policy,
+        ServerConfig(max_connections=1),
+        port=None,
+        doors=[GrootDoorConfig(port=0).door("127.0.0.1")],
+    )
+    context = zmq.Context()
+    with ServerThread(server):
+        dealer = context.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.LINGER, 0)
+        dealer.setsockopt(zmq.RCVTIMEO, 5000)
+        dealer.connect(f"tcp://127.0.0.1:{server.doors[0].port}")
+        observation = groot_observation(make_obs(0), "n1.6")
+        request = {"endpoint": "get_action", "data": {"observation": observation}}
+        dealer.send_multipart([b"", encode_reply(request)])
+        for _ in range(20):
+            dealer.send_multipart([b"", msgpack.packb({"endpoint": "ping"})])
+        replies = [msgpack.unpackb(dealer.recv_multipart()[1]) for _ in range(21)]
+        dealer.close()
+    context.term()
+    busy = [r for r in replies if "--server.max-connections" in str(r)]
+    assert len(busy) == 20
+    assert any(isinstance(r, list) for r in replies)  # [action, info]
 
 
 def test_the_lerobot_door_bounds_concurrent_calls() -> None:
