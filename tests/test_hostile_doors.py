@@ -245,9 +245,36 @@ def test_a_groot_request_flood_gets_busy_replies_not_unbounded_work() -> None:
     assert any(isinstance(r, list) for r in replies)  # [action, info]
 
 
+def test_the_lerobot_door_refuses_robots_past_the_limit() -> None:
+    """With --server.max-connections 1, a second robot (another channel) is refused with
+    RESOURCE_EXHAUSTED naming the option; the first is served."""
+    server = ArmoryServer(
+        make_mock(),
+        ServerConfig(max_connections=1),
+        port=None,
+        doors=[
+            LeRobotDoorConfig(port=0, allow_unsafe_pickle_on_untrusted_networks=True).door(
+                "127.0.0.1"
+            )
+        ],
+    )
+    with (
+        ServerThread(server),
+        AsyncInferenceClient(server.doors[0].port) as first,
+        AsyncInferenceClient(server.doors[0].port) as second,
+    ):
+        first.ready()
+        with pytest.raises(grpc.RpcError) as refused:
+            second.ready()
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "--server.max-connections" in refused.value.details()
+        first.ready()
+
+
 def test_the_lerobot_door_bounds_concurrent_calls() -> None:
     """--server.max-connections 1 allows two calls at once (a robot's SendObservations
-    and GetActions); a third concurrent call gets RESOURCE_EXHAUSTED."""
+    and GetActions); a third concurrent call, even of the same robot, gets
+    RESOURCE_EXHAUSTED."""
     server = ArmoryServer(
         make_mock(),
         ServerConfig(max_connections=1),
@@ -258,24 +285,17 @@ def test_the_lerobot_door_bounds_concurrent_calls() -> None:
             ).door("127.0.0.1")
         ],
     )
-    with ServerThread(server):
-        port = server.doors[0].port
-        clients = [AsyncInferenceClient(port, timeout_s=5.0) for _ in range(3)]
-        try:
-            for client in clients:
-                client.ready()
-            with ThreadPoolExecutor(3) as pool:
-                waits = [pool.submit(client.get_actions) for client in clients]
-                codes = []
-                for wait in waits:
-                    try:
-                        wait.result()
-                        codes.append(grpc.StatusCode.OK)
-                    except grpc.RpcError as exc:
-                        codes.append(exc.code())
-        finally:
-            for client in clients:
-                client.close()
+    with ServerThread(server), AsyncInferenceClient(server.doors[0].port) as client:
+        client.ready()
+        with ThreadPoolExecutor(3) as pool:
+            waits = [pool.submit(client.get_actions) for _ in range(3)]
+            codes = []
+            for wait in waits:
+                try:
+                    wait.result()
+                    codes.append(grpc.StatusCode.OK)
+                except grpc.RpcError as exc:
+                    codes.append(exc.code())
     assert sorted(code.name for code in codes) == ["OK", "OK", "RESOURCE_EXHAUSTED"]
 
 

@@ -75,8 +75,8 @@ class ServerConfig:
     every-tick robot sends without waiting); one more is refused with an error."""
     max_connections: int = 1024
     """Most robots connected at once through each door; one more is refused (openpi: HTTP
-    503 at the handshake; GR00T: an error reply; LeRobot: RESOURCE_EXHAUSTED past two
-    calls per robot)."""
+    503 at the handshake; GR00T: an error reply; LeRobot: RESOURCE_EXHAUSTED, also past
+    two calls at once per robot)."""
     # The executor
     decide_ahead_s: float = 0.002
     """The next batch is decided this long before the running forward pass is expected to

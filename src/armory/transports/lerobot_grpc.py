@@ -376,11 +376,21 @@ class LeRobotGrpcTransport(Transport):
 
     def _guarded(self, behavior: _Behavior) -> _Behavior:
         """``behavior`` behind the access check: a call without the key, from outside
-        the allowed networks, fails UNAUTHENTICATED before any of it is read."""
+        the allowed networks, fails UNAUTHENTICATED before any of it is read; a call of a
+        new robot while ``--server.max-connections`` robots are known fails
+        RESOURCE_EXHAUSTED."""
 
         async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
             if not self.access.allows(context.invocation_metadata(), context.peer()):
                 await self._abort(context, grpc.StatusCode.UNAUTHENTICATED, self.access.refusal())
+            limit = self.engine.config.max_connections
+            if context.peer() not in self._robots and len(self._robots) >= limit:
+                await self._abort(
+                    context,
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"{len(self._robots)} robots are connected, the most this door serves "
+                    "(--server.max-connections); try again later",
+                )
             return await behavior(request, context)
 
         return call
