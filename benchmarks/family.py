@@ -64,6 +64,7 @@ def _run(job: tuple[str, int, str, float, str | None, tuple[str, ...]]) -> dict:
         "starvation": report.system.starvation,
         "weighted_throughput": report.system.weighted_throughput,
         "obs_per_chunk": sent / chunks if chunks else float("inf"),
+        "mean_age_s": report.system.mean_age_s,
         "mean_decision_us": report.timing.get("mean_decision_us", 0.0),
     }
 
