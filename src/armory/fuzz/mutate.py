@@ -156,9 +156,10 @@ class Mutator:
     def _array_values(self, node: np.ndarray) -> np.ndarray:
         out = np.array(node, dtype=node.dtype if node.dtype.kind == "f" else np.float32)
         if out.size:
-            out.reshape(-1)[int(self.rng.integers(out.size))] = self.rng.choice(
-                [np.nan, np.inf, -np.inf, 1e38]
-            )
+            with np.errstate(over="ignore"):  # 1e38 in a float16 array is inf: fine
+                out.reshape(-1)[int(self.rng.integers(out.size))] = self.rng.choice(
+                    [np.nan, np.inf, -np.inf, 1e38]
+                )
         return out
 
 
