@@ -239,6 +239,9 @@ def build_report(sim: Simulator, end_s: float, bound_starvation: float | None = 
     timing = {
         "num_decisions": float(sim.num_decisions),
         "mean_decision_us": 1e6 * sim.decision_s / sim.num_decisions if sim.num_decisions else 0.0,
+        "mean_decision_cpu_us": (
+            1e6 * sim.decision_cpu_s / sim.num_decisions if sim.num_decisions else 0.0
+        ),
     }
     return make_report(
         tallies,
