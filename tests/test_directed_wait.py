@@ -3,11 +3,14 @@ their chunk, computed from an observation taken with an empty queue, loses nothi
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
 import numpy as np
 from factories import make_snapshot
 
+from armory.engine.batch_loop import BatchLoop
+from armory.engine.latency_profile import LatencyProfile
 from armory.engine.queue_mirror import QueueMirror, QueueReport, RobotLimits
 from armory.scheduling.just_in_time import JustInTimeScheduler
 from armory.scheduling.registry import make_scheduler
@@ -69,3 +72,24 @@ def test_directed_mode_over_capacity_keeps_up_with_every_tick() -> None:
     every_tick, _ = run("every-tick")
     assert directed <= every_tick + 0.01 and per_chunk <= 1.5
     assert run("directed", disabled_rules=("fluid-share",))[0] > directed + 0.2
+
+
+def test_a_scheduler_failing_to_advise_leaves_robots_their_usual_lead() -> None:
+    """waits_dry is advice: a scheduler that raises there makes no robot wait dry and
+    fails no request."""
+
+    class Raising(JustInTimeScheduler):
+        def waits_dry(self, snapshot: object) -> np.ndarray:
+            raise RuntimeError("boom")
+
+    async def check() -> bool:
+        loop = BatchLoop(
+            executor=None,  # type: ignore[arg-type]
+            scheduler=Raising(),
+            profile=LatencyProfile({1: 0.05}),
+            max_batch_size=4,
+        )
+        loop.mirror.add(3, RobotLimits(20.0, 1, 10, directed=True), now_s=0.0)
+        return loop.waits_dry(3)
+
+    assert asyncio.run(check()) is False

@@ -372,8 +372,13 @@ class BatchLoop:
         if self._waits_dry_batch != self._counters.num_batches:
             max_batch = self.max_batch_size
             snapshot = self.mirror.snapshot(self.clock(), self.profile.table(max_batch), max_batch)
-            waiting = self.scheduler.waits_dry(snapshot)
-            self._waits_dry = set(snapshot.robot_id[waiting].tolist())
+            try:
+                waiting = self.scheduler.waits_dry(snapshot)
+                self._waits_dry = set(snapshot.robot_id[waiting].tolist())
+            except Exception:
+                # Only advice: robots are then told to send with the usual lead.
+                logger.exception("the scheduler's waits_dry failed; no robot waits dry")
+                self._waits_dry = set()
             self._waits_dry_batch = self._counters.num_batches
         return robot_id in self._waits_dry
 

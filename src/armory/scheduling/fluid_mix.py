@@ -4,9 +4,11 @@ sizes it uses, and the share of each robot's ticks it serves.
 Solving the fluid program (:mod:`armory.scheduling.fluid`) takes milliseconds and a
 scheduler decides many times a second, so :func:`fluid_mix` is memoised. It is a pure
 function of the snapshot: robots alike in rate, horizon, weight and round-trip link
-(in steps of ``LINK_STEP_S``) form one class, and the latency table is taken in steps
-of ``TABLE_STEP`` (relative); the memo is keyed by exactly those inputs, so it
-returns what solving again would.
+(in steps of ``LINK_STEP_S`` up to ``LINK_STEP_S * LINK_STEPS_LINEAR``, then in steps of
+``LINK_STEP_RATIO``, so that a live server's link estimates, which differ a little from
+robot to robot, make a few classes and a small program) form one class, and the
+latency table is taken in steps of ``TABLE_STEP`` (relative); the memo is keyed by
+exactly those inputs, so it returns what solving again would.
 """
 
 from __future__ import annotations
@@ -23,7 +25,11 @@ MIX_SHARE = 0.05
 """A batch size the fluid optimum runs for less than this share of its batches is unused."""
 
 LINK_STEP_S = 0.005
-"""Round-trip links are classed in steps of this many seconds."""
+"""Round-trip links are classed in steps of this many seconds ..."""
+LINK_STEPS_LINEAR = 8
+"""... up to this many steps (40 ms) ..."""
+LINK_STEP_RATIO = 1.25
+"""... and beyond it in steps of this ratio (25%)."""
 
 TABLE_STEP = 0.005
 """The latency table is taken in relative steps of this size (on a log scale)."""
@@ -46,12 +52,27 @@ class FluidMix:
 
 def fluid_mix(s: Snapshot) -> FluidMix:
     """The fluid optimum of ``s``'s robots, latency table and links."""
-    steps = np.round(2.0 * s.downlink_s / LINK_STEP_S)
+    steps = link_steps(2.0 * s.downlink_s)
     keys = np.stack([s.control_hz, s.max_execution_horizon, steps, s.weight], axis=1)
     classes, counts, inverse = _classes(np.round(keys, 6).tobytes())
     table = np.log(s.latency_table_s[1:]) / np.log1p(TABLE_STEP)
     fits, sizes, share = _solve(classes, counts, tuple(np.round(table).astype(np.int64).tolist()))
     return FluidMix(fits, np.array(sizes, dtype=np.int64), np.array(share)[inverse])
+
+
+def link_steps(round_trip_s: np.ndarray) -> np.ndarray:
+    """The class step of each round trip (a whole number, as a float)."""
+    linear = round_trip_s / LINK_STEP_S
+    beyond = LINK_STEPS_LINEAR + np.log(np.maximum(linear, 1.0) / LINK_STEPS_LINEAR) / np.log(
+        LINK_STEP_RATIO
+    )
+    return np.round(np.where(linear <= LINK_STEPS_LINEAR, linear, beyond))
+
+
+def link_of_step(step: np.ndarray) -> np.ndarray:
+    """The round trip a class step stands for (inverse of :func:`link_steps`)."""
+    linear = LINK_STEPS_LINEAR * LINK_STEP_RATIO ** (step - LINK_STEPS_LINEAR)
+    return LINK_STEP_S * np.where(step <= LINK_STEPS_LINEAR, step, linear)
 
 
 def surely_fits(s: Snapshot, headroom: float = 0.9) -> bool:
@@ -88,7 +109,7 @@ def _solve(
 ) -> tuple[bool, tuple[int, ...], tuple[float, ...]]:
     keys = np.array(classes, dtype=np.float64)
     control_hz, horizon, weight = keys[:, 0], keys[:, 1], keys[:, 3]
-    delay_s = keys[:, 2] * LINK_STEP_S
+    delay_s = link_of_step(keys[:, 2])
     latency_s = np.power(1.0 + TABLE_STEP, np.array(table_steps, dtype=np.float64))
     solutions = [
         solve_fluid(
