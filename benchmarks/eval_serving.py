@@ -36,12 +36,15 @@ def cell_dir(out: Path, robots: int, scheduler: str, seed: int) -> Path:
     return out / f"robots-{robots}" / scheduler / f"seed-{seed}"
 
 
-def run_cell(args: argparse.Namespace, robots: int, scheduler: str, seed: int) -> Path:
-    """The cell's results.json, run now unless it exists (or --rerun)."""
+def run_cell(args: argparse.Namespace, robots: int, scheduler: str, seed: int) -> Path | None:
+    """The cell's results.json, run now unless it exists (or --rerun); None when it does
+    not exist and --existing-only says not to run it."""
     where = cell_dir(args.out, robots, scheduler, seed)
     path = where / "results.json"
     if path.exists() and not args.rerun:
         return path
+    if args.existing_only:
+        return None
     Eval(
         env=So101PickConfig(),
         policy=ExpertPolicyConfig(latency_profile=args.latency_profile),
@@ -69,6 +72,7 @@ def summarize(paths: list[Path], limit_s: float) -> dict[str, float | str]:
     counted = sum(e["num_counted_ticks"] for e in episodes)
     latencies = [e["mean_chunk_latency_s"] for e in episodes if e["mean_chunk_latency_s"]]
     row: dict[str, float | str] = {
+        "seeds": len(paths),
         "success": rate.rate,
         "text": f"{rate.num_successes}/{rate.num_episodes} ({rate.low:.0%} .. {rate.high:.0%})",
         "starvation": sum(e["num_starved_ticks"] for e in episodes) / counted if counted else 0,
@@ -94,23 +98,28 @@ def main() -> None:
     parser.add_argument("--max-batch-size", type=int, default=4)
     parser.add_argument("--out", type=Path, default=Path("results/eval-serving"))
     parser.add_argument("--rerun", action="store_true")
+    parser.add_argument(
+        "--existing-only", action="store_true", help="pool the seeds already run; run nothing"
+    )
     args = parser.parse_args()
     rows = {}
     for robots in args.robots:
         for scheduler in args.schedulers:
-            paths = [run_cell(args, robots, scheduler, seed) for seed in range(args.seeds)]
-            rows[robots, scheduler] = summarize(paths, args.episode_time_s)
+            found = [run_cell(args, robots, scheduler, seed) for seed in range(args.seeds)]
+            paths = [path for path in found if path is not None]
+            if paths:
+                rows[robots, scheduler] = summarize(paths, args.episode_time_s)
     shorter = [f"in {s:g} s" for s in SHORTER_LIMITS_S if s < args.episode_time_s]
     print(
-        f"| robots | scheduler | success in {args.episode_time_s:g} s (95% Wilson) | "
+        f"| robots | scheduler | seeds | success in {args.episode_time_s:g} s (95% Wilson) | "
         + " | ".join(shorter)
         + " | mean episode | starvation | chunk latency |"
     )
-    print("|" + " --- |" * (6 + len(shorter)))
+    print("|" + " --- |" * (7 + len(shorter)))
     for (robots, scheduler), row in rows.items():
         cells = [str(row[k]) for k in shorter]
         print(
-            f"| {robots} | {scheduler} | {row['text']} | "
+            f"| {robots} | {scheduler} | {row['seeds']} | {row['text']} | "
             + " | ".join(cells)
             + f" | {row['mean_s']:.1f} s | {row['starvation']:.1%} | {row['latency_ms']:.0f} ms |"
         )
