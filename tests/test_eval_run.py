@@ -235,3 +235,19 @@ def test_execution_horizon_and_merge_rule_reach_the_robots(tmp_path: Path) -> No
     assert 0 < max(episode["queue_trace"]) <= 4
     too_long = [*policy, "--execution-horizon", "11", "--out", str(tmp_path / "no")]
     assert main(["eval", "env:pusht", *too_long]) == 2
+
+
+def test_a_malformed_or_unreachable_server_is_one_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--server without a port, or with nobody listening: exit 2 and one line saying so."""
+    assert main(["eval", "env:pusht", "--server", "localhost", "--out", str(tmp_path)]) == 2
+    assert "HOST:PORT" in capsys.readouterr().err
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = ["eval", "env:pusht", "--server", f"127.0.0.1:{port}", "--out", str(tmp_path)]
+    assert main([*argv, "--connect-timeout-s", "0.5"]) == 2
+    assert "cannot use the policy server" in capsys.readouterr().err

@@ -89,6 +89,8 @@ class Eval:
     """Record every episode as a LeRobot v3 dataset (--record.dir DIR)."""
     api_key: str | None = None
     """Send 'Authorization: Api-Key <key>' (default: $ARMORY_API_KEY if set)."""
+    connect_timeout_s: float = 10.0
+    """Seconds to reach the server before giving up."""
     progress: bool = True
     """Show a progress bar."""
 
@@ -161,6 +163,7 @@ class Eval:
             action_delay_ticks=self.action_delay_ticks,
             record=self.record,
             api_key=api_key,
+            connect_timeout_s=self.connect_timeout_s,
             run_info=info,
         )
         prepared = prepare(plan)

@@ -66,5 +66,7 @@ class EvalPlan:
             )
         if self.execution_horizon is not None and self.execution_horizon < 1:
             raise ValueError(f"--execution-horizon must be >= 1, got {self.execution_horizon}")
+        if not self.connect_timeout_s > 0:
+            raise ValueError(f"--connect-timeout-s must be > 0, got {self.connect_timeout_s}")
         if not 0 < self.time_scale <= 10:
             raise ValueError(f"--time-scale must be in (0, 10], got {self.time_scale}")
