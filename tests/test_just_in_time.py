@@ -10,10 +10,8 @@ import pytest
 from factories import make_snapshot
 
 from armory.engine.latency_profile import LatencyProfile
-from armory.fleet_spec import load_fleet
 from armory.scheduling import fluid_mix
 from armory.scheduling.just_in_time import JustInTimeScheduler, candidate_sizes
-from armory.sim.simulator import SimConfig, simulate
 
 # Defaults of make_snapshot: 20 Hz, 10-action chunks, 5 ms downlink, the l40s-pi05 table
 # (1 -> 0.070 s, 2 -> 0.135 s, 3 -> 0.195 s, 4 -> 0.250 s). The scheduler's margin is
@@ -68,36 +66,6 @@ def test_an_ineligible_robot_shapes_the_plan_but_never_rides() -> None:
         make_snapshot([0.05, 0.09], eligible=[False, True])
     )
     assert batch.robot_ids == (1,)
-
-
-PAPER_TABLE_S = [0.0, 0.073, 0.1075, 0.142, 0.1765, 0.211]
-"""The l40s-pi05-paper preset up to a batch of 5."""
-
-
-def test_when_every_plan_is_late_by_the_margin_the_one_least_past_the_deadlines_wins() -> None:
-    """A fleet that fits (one fast robot weighing 5, three at horizon 10), seen on the
-    paper grid: robot 0 is due at 0.977 s, robot 2 at 0.997 s. With the 29 ms margin every
-    plan is late: singles leave robot 2 43 ms late, the pair (0, 2) leaves robot 0 25 ms
-    late, and robot 0 weighs five times more. Judged past the deadlines plus a fifth of a
-    tick (10 ms), the pair is on time and singles are not, so the pair goes now; serving
-    robot 0 alone starved robot 2 for a tick in the simulator."""
-    snapshot = make_snapshot(
-        [0.982, 1.1135, 1.0017, 1.2702],
-        now_s=0.8652,
-        max_batch_size=5,
-        weight=[5.0, 1.0, 1.0, 1.0],
-        max_execution_horizon=[6, 10, 10, 10],
-        obs_time_s=[0.832, 0.8135, 0.8517, 0.852],
-        latency_table_s=PAPER_TABLE_S,
-    )
-    assert JustInTimeScheduler(disabled_rules=WITHOUT_FLUID_SHARE).schedule(snapshot).robot_ids == (
-        0,
-        2,
-    )
-    # Compared with the margin itself, the heavy robot's lateness wins and it goes alone.
-    assert JustInTimeScheduler(
-        late_ticks=-(0.5 + 0.004 * 20), disabled_rules=WITHOUT_FLUID_SHARE
-    ).schedule(snapshot).robot_ids == (0,)
 
 
 def overloaded(weight: float | list[float] = 1.0, **overrides: object) -> object:
@@ -169,43 +137,6 @@ def test_candidate_sizes_are_dense_to_16_then_geometric_to_the_max() -> None:
     assert sizes[-1] == 64 and np.all(np.diff(sizes) > 0)
 
 
-def singles_overloaded(robot_0_obs_s: float, now_s: float = 1.0) -> object:
-    """Five fast robots (horizon 6, weight 3) and five at horizon 10 (weight 1): over
-    capacity, the optimum serves only the fast ones, one at a time. Robot 0 has one
-    action left at its observation and runs dry on its tick at 1.005 s; the light
-    robots are dry; the other fast robots still hold 6 to 13 ticks."""
-    return make_snapshot(
-        [1.005, 1.28, 1.31, 1.34, 1.37] + [0.9] * 5,
-        now_s=now_s,
-        max_batch_size=5,
-        weight=[3.0] * 5 + [1.0] * 5,
-        max_execution_horizon=[6] * 5 + [10] * 5,
-        obs_time_s=[robot_0_obs_s] + [0.98] * 9,
-        latency_table_s=LatencyProfile.from_preset("l40s-pi05").table(5),
-    )
-
-
-def test_over_capacity_a_single_waits_for_the_observation_that_finds_the_queue_empty() -> None:
-    """Robot 0's held observation (taken at 0.955 s) buys 5 of its 6 actions: 15 weighted
-    per 0.070 s. The one it takes on its last action's tick (1.005 s) arrives about a link
-    later and buys all 6: 18 per 0.070 s + 10 ms of idle, more. The GPU waits for it
-    (plus the 4 ms jitter margin)."""
-    batch = rule().schedule(singles_overloaded(0.955))
-    assert batch.robot_ids == ()
-    assert batch.wait_until_s == pytest.approx(1.010 + 0.004)
-
-
-def test_over_capacity_no_wait_when_it_costs_more_than_it_buys_or_nothing_will_come() -> None:
-    # Asked 10 ms earlier, the wait would be 20 ms: 18 per 0.090 s is less than 15 per
-    # 0.070 s.
-    assert rule().schedule(singles_overloaded(0.955, now_s=0.990)).robot_ids == (0,)
-    # An observation 65 ms old: the robot does not send one every tick (a threshold
-    # client), so no newer one is coming.
-    assert rule().schedule(singles_overloaded(0.935)).robot_ids == (0,)
-    # Once the observation from the empty queue is held, the robot is served at once.
-    assert rule().schedule(singles_overloaded(1.005, now_s=1.011)).robot_ids == (0,)
-
-
 def test_over_capacity_batch_sizes_come_from_both_tick_charges() -> None:
     """One robot at horizon 6 and nine at 10, all dry. Charged the fewest ticks a chunk's
     window can hold, the fluid optimum runs only batches of 2; charged the ticks expected
@@ -220,60 +151,6 @@ def test_over_capacity_batch_sizes_come_from_both_tick_charges() -> None:
         latency_table_s=LatencyProfile.from_preset("l40s-pi05").table(5),
     )
     assert rule().schedule(snapshot).robot_ids == (1, 2, 3, 4)
-
-
-def half_fast_six(normal_deadline_s: list[float], **overrides: object) -> object:
-    """Three robots at horizon 6 (0.3 s chunks), dry since 0.9 s, and three at horizon 10
-    (0.5 s chunks): over capacity on the l40s-pi05 table, the fluid optimum serving one
-    robot at a time. Asked at 1.0 s; a single lands 0.075 s after it starts."""
-    options: dict[str, object] = {
-        "now_s": 1.0,
-        "max_batch_size": 5,
-        "max_execution_horizon": [6, 6, 6, 10, 10, 10],
-        "obs_time_s": 0.98,
-        "latency_table_s": LatencyProfile.from_preset("l40s-pi05").table(5),
-    }
-    options.update(overrides)
-    return make_snapshot([0.9, 0.9, 0.9, *normal_deadline_s], **options)  # type: ignore[arg-type]
-
-
-def test_over_capacity_singles_serve_the_longest_chunk_that_is_due() -> None:
-    """Robot 4 runs dry at 1.074 s: its single must start now to land in time (1.075 s
-    would be a tick late by the fluid deadline). The rule would serve the earliest due, a
-    horizon-6 robot dry for 0.1 s already; robot 4's chunk holds 0.5 s of motion against
-    0.3 s, and served now it starves nothing."""
-    assert rule().schedule(half_fast_six([1.2, 1.074, 1.3])).robot_ids == (4,)
-    # Two horizon-10 robots due: the earlier one first.
-    assert rule().schedule(half_fast_six([1.07, 1.074, 1.3])).robot_ids == (3,)
-
-
-def test_over_capacity_singles_serve_the_earliest_due_when_no_long_chunk_is_due() -> None:
-    """No horizon-10 robot needs its single to start yet (robot 4's may start until
-    1.001 s): the rule's earliest due, robot 0, goes."""
-    assert rule().schedule(half_fast_six([1.2, 1.076, 1.3])).robot_ids == (0,)
-    # Robots alike in horizon: the earliest due, whatever is due.
-    alike = half_fast_six([1.2, 1.074, 1.3], max_execution_horizon=10)
-    assert rule().schedule(alike).robot_ids == (0,)
-
-
-def test_longest_chunk_first_lowers_starvation_where_short_chunks_share_the_gpu() -> None:
-    """l40s-pi05-one-fast-6-w1 (one robot at horizon 6, five at 10; the optimum serves
-    singles): 5.1% starved over 60 s on seed 0 (the default scheduler, where fluid-share
-    decides; 5.4% by the longest chunk due alone). Serving the earliest due starved every
-    robot alike (6-10%, 6.9% in all); now the horizon-10 robots starve under 1% and the
-    horizon-6 robot takes the shortage (28%)."""
-    fleet = load_fleet(PAPER_FLEETS / "l40s-pi05-one-fast-6-w1.yaml")
-    report = simulate(fleet, JustInTimeScheduler(), SimConfig(duration_s=60.0, seed=0))
-    assert report.system.starvation < 0.055
-    assert max(r.starvation for r in report.robots[1:]) < 0.01
-
-
-def test_robots_that_ask_late_keep_the_earliest_due() -> None:
-    """Held observations 60 ms old (more than a tick and a link): these robots ask only
-    when about to run dry, so every one that asked is due and the longest chunk first
-    would be a strict priority by horizon. The rule's earliest due goes."""
-    snapshot = half_fast_six([1.2, 1.074, 1.3], obs_time_s=0.94)
-    assert rule().schedule(snapshot).robot_ids == (0,)
 
 
 def test_a_fleet_far_below_capacity_needs_no_linear_program(

@@ -1,6 +1,6 @@
 """just-in-time: Armory's default scheduler, a few named rules in one decision path.
 
-Within capacity (``on-time``, ``wait``, ``least-late``): every robot the server knows
+Within capacity (``on-time``, ``wait``): every robot the server knows
 is ordered by when its next chunk must have finished computing (deadline minus
 downlink, its *due* time); for each batch size the scheduler plays that order in
 back-to-back batches and weighs how late each chunk would finish by what its robot
@@ -13,8 +13,7 @@ Over capacity, as the weighted fluid optimum (:mod:`armory.scheduling.fluid_mix`
 says: with every robot streaming (``fluid-share``), each robot's due time moves by
 the dry wait that serves it the share of its ticks the optimum serves, and the rule
 above runs on the moved times; otherwise robots are ranked by the weighted actions a
-chunk adds, at batch sizes the optimum uses (``overload``, with ``empty-queue-wait``
-and ``longest-chunk-due`` for singles). Small streaming fleets have their batch
+chunk adds, at batch sizes the optimum uses (``overload``). Small streaming fleets have their batch
 checked by plays of the fleet forward (``rollout``, ``cadence``, ``steady-cadence``).
 Directed robots the scheduler keeps waiting dry are told to send once dry
 (:meth:`JustInTimeScheduler.waits_dry`).
@@ -43,16 +42,10 @@ RULES: dict[str, str] = {
     "on-time": "the first batch of the back-to-back plan (earliest due first) of the size "
     "that leaves the fleet least late and buys the most motion per GPU second",
     "wait": "every chunk of the best plan is on time: wait for the plan's latest start",
-    "least-late": "the fleet fits but every plan is late by the margin: plans compared by "
-    "lateness past the deadlines plus a fifth of a tick",
     "fluid-share": "over capacity, every robot streaming: each robot's due time moved by "
     "the dry wait that serves it the share of ticks the fluid optimum serves",
     "overload": "over capacity: robots by the weighted actions a chunk adds, at a batch "
     "size the fluid optimum uses",
-    "empty-queue-wait": "over capacity in singles: wait for the observation a robot sends "
-    "as its queue runs dry (a full chunk)",
-    "longest-chunk-due": "over capacity in singles, equal weights, every robot streaming: "
-    "among robots due now, the longest chunk first",
     "rollout": "over capacity, at most 16 streaming robots: a first batch that starves the "
     "fleet less over 0.75 s of play replaced the rule's",
     "cadence": "over capacity, at most 16 streaming robots: a steady cadence that starves "
@@ -97,7 +90,6 @@ class JustInTimeScheduler(Scheduler):
         *,
         margin_s: float = 0.004,
         margin_ticks: float = 0.5,
-        late_ticks: float = 0.2,
         overload_actions: float = 5.0,
         rollout_horizon_s: float = SchedulerConfig.rollout_horizon_s,
         rollout_margin: float = 0.5,
@@ -117,11 +109,6 @@ class JustInTimeScheduler(Scheduler):
         # (observations and actions happen on tick boundaries).
         self.margin_s = margin_s
         self.margin_ticks = margin_ticks
-        # When every plan is late by that margin on a fleet that fits, plans are
-        # compared by how far they finish past the deadlines plus this many ticks: the
-        # mirror's deadline sits 0 to 1 tick (half on average) before the tick that
-        # would starve, so a chunk a little past it mostly still lands in time.
-        self.late_ticks = late_ticks
         # Overload: even the best back-to-back plan loses more than this many actions
         # (weighted, in units of the heaviest robot's weight).
         self.overload_actions = overload_actions
@@ -154,15 +141,6 @@ class JustInTimeScheduler(Scheduler):
         if not snapshot.eligible.any():
             return Batch((), rule=BASE_RULE)
         batch, over_capacity = self._rule(snapshot)
-        if (
-            over_capacity
-            and len(batch.robot_ids) == 1
-            and self._on("longest-chunk-due")
-            and self._singles_by_horizon(snapshot)
-        ):
-            # The rollouts' continuations do not make this choice, and checked by them
-            # it lost a third to a half of what it gains (docs/scheduling.md).
-            return self._longest_chunk_due(snapshot, batch)
         if not batch.robot_ids or not self._streams_every_tick(snapshot):
             return batch
         if over_capacity:
@@ -250,23 +228,13 @@ class JustInTimeScheduler(Scheduler):
         in_batch = np.arange(candidates.size)[None, :] < sizes[:, None]
         worth_per_s = (gain_s * (s.weight * s.control_hz)[candidates][None, :] * in_batch).sum(1)
         efficiency = worth_per_s / latency[sizes]
-        keys = [-efficiency, tardiness]
         every_plan_late = tardiness.min() > 0.0
         if every_plan_late and fleet_fits is None:
             fleet_fits = self._fluid_optimum(s)[0]
-        late_rule = every_plan_late and bool(fleet_fits) and self._on("least-late")
-        if late_rule:
-            # Every plan is late by the margin, yet the fleet fits: the least late plan
-            # is the one that finishes least past the deadlines plus late_ticks. With
-            # the margin instead, a heavy robot's lateness that would cost no tick can
-            # outweigh a light robot's that costs one.
-            late = np.maximum(0.0, now + finish_s - self.late_ticks * tick_s - due[None, :])
-            keys.append(np.round((late * value_per_s[None, :]).sum(axis=1), 9))
-        best = int(np.lexsort(keys)[0])
+        best = int(np.lexsort((-efficiency, tardiness))[0])
         if tardiness[best] == 0.0 and latest_start_s[best] > now and self._on("wait"):
             return Batch((), wait_until_s=float(latest_start_s[best]), rule="wait"), False
-        rule = "least-late" if late_rule else BASE_RULE
-        batch = Batch(tuple(s.robot_id[candidates[: sizes[best]]].tolist()), rule=rule)
+        batch = Batch(tuple(s.robot_id[candidates[: sizes[best]]].tolist()), rule=BASE_RULE)
         return batch, every_plan_late and not fleet_fits
 
     def _fluid_gaps(self, s: Snapshot) -> np.ndarray:
@@ -295,44 +263,6 @@ class JustInTimeScheduler(Scheduler):
             return np.zeros(s.num_robots, dtype=bool)
         return _directed(s) & (fluid_mix(s).share < 1.0 - 1e-3)
 
-    def _singles_by_horizon(self, s: Snapshot) -> bool:
-        """Whether the fluid optimum serves one robot per batch, every robot weighs the
-        same, the robots' chunks hold different seconds of motion, and every robot
-        streams observations.
-
-        Robots that ask only when about to run dry (threshold and directed clients)
-        are all due whenever they ask, so serving the longest chunk first would be a
-        strict priority by horizon: on ``l40s-pi05-one-fast-6-w1`` with threshold
-        requests the horizon-6 robot starved 99% (docs/scheduling.md).
-        """
-        chunk_s = s.chunk_seconds()
-        return (
-            int(self._fluid_optimum(s)[1].max()) == 1
-            and float(s.weight.max()) == float(s.weight.min())
-            and float(chunk_s.max()) > float(chunk_s.min())
-            and self._all_streaming(s)
-        )
-
-    def _longest_chunk_due(self, s: Snapshot, batch: Batch) -> Batch:
-        """Over capacity, one robot per batch: among eligible robots whose single must
-        start now to land before their queues run dry, the one whose chunk holds the
-        most seconds of motion (the earliest due first among equals); ``batch`` if none.
-
-        The rule serves the earliest due, which over capacity is the robot that has
-        been dry longest, so every robot ends up waiting dry and each class starves
-        alike. Served on time, a robot with a long chunk buys its whole horizon
-        without starving; robots with short chunks turn GPU time into motion least
-        well and take the shortage, as in the fluid optimum.
-        """
-        rows = np.flatnonzero(s.eligible)
-        due_s = s.deadline_s[rows] - s.downlink_s[rows]
-        late = due_s - s.latency_s(1) <= s.now_s
-        if not late.any():
-            return batch
-        rows, due_s = rows[late], due_s[late]
-        order = np.lexsort((s.contact_order[rows], due_s, -s.chunk_seconds()[rows]))
-        return Batch((int(s.robot_id[rows[order[0]]]),), rule="longest-chunk-due")
-
     def _streams_every_tick(self, s: Snapshot) -> bool:
         """Whether the fleet is small enough to roll out and every robot's held
         observation is at most a tick and a link old (it sends one every tick)."""
@@ -352,52 +282,12 @@ class JustInTimeScheduler(Scheduler):
         """The batch, of a size the fluid optimum uses, that buys the most weighted
         actions per second of forward pass."""
         rows, worth = worth_order(s, np.flatnonzero(s.eligible))
-        if sizes_used.max() == 1 and self._on("empty-queue-wait"):
-            wait_until_s = self._empty_queue_wait(s, rows, worth)
-            if wait_until_s is not None:
-                return Batch((), wait_until_s=wait_until_s, rule="empty-queue-wait")
         sizes = sizes_used[sizes_used <= rows.size]
         if sizes.size == 0:
             sizes = np.array([rows.size])
         rate = np.cumsum(worth)[sizes - 1] / s.latency_table_s[sizes]
         size = int(sizes[int(np.argmax(np.round(rate, 9)))])
         return Batch(tuple(s.robot_id[rows[:size]].tolist()), rule="overload")
-
-    def _empty_queue_wait(self, s: Snapshot, rows: np.ndarray, worth: np.ndarray) -> float | None:
-        """With one robot per batch: when to wait for a robot's next observation, the
-        one taken as its queue runs dry, or None to serve now.
-
-        A robot that streams observations (its held one is at most a tick and a link
-        old) and whose queue runs dry within the next tick sends, on its last
-        action's tick, an observation whose chunk overlaps nothing: a full chunk
-        instead of one less what runs meanwhile. It arrives about a link after the
-        deadline (the mirror knows the downlink; the uplink is taken as equal).
-        Waiting for it is worth it when the full chunk buys more weighted actions
-        per second of forward pass plus idle wait than the best chunk now does. The
-        wake-up allows ``margin_s`` for jitter; the observation's arrival asks the
-        scheduler again anyway.
-        """
-        now = s.now_s
-        tick_s = 1.0 / s.control_hz[rows]
-        deadline_s = s.deadline_s[rows]
-        obs_s = s.obs_time_s[rows]
-        link_s = s.downlink_s[rows]
-        arrival_s = deadline_s + link_s
-        pending = (
-            self._streaming(s, rows)
-            & (obs_s < deadline_s)
-            & (arrival_s > now)
-            & (arrival_s - now <= tick_s)
-        )
-        if not pending.any():
-            return None
-        latency_s = float(s.latency_table_s[1])
-        full = s.weight[rows] * s.max_execution_horizon[rows]
-        rate_waiting = np.where(pending, full / (latency_s + arrival_s - now), 0.0)
-        best = int(np.argmax(rate_waiting))
-        if rate_waiting[best] <= float(worth.max()) / latency_s:
-            return None
-        return float(arrival_s[best]) + self.margin_s
 
     def _fluid_optimum(self, s: Snapshot) -> tuple[bool, np.ndarray]:
         """Whether the fleet's fluid optimum serves every robot in full, and the batch
