@@ -85,24 +85,3 @@ def random_snapshot(rng: np.random.Generator) -> Snapshot:
         robot_id=rng.permutation(num_robots) + 1000,
         contact_order=rng.permutation(num_robots),
     )
-
-
-def streaming_snapshot(rng: np.random.Generator) -> Snapshot:
-    """A small fleet of robots that send an observation every tick (each held one at
-    most a tick old): 1-12 robots, mixed rates, horizons and weights, any eligibility."""
-    num_robots = int(rng.integers(1, 13))
-    now_s = float(rng.uniform(1.0, 100.0))
-    control_hz = rng.choice([10.0, 20.0, 30.0], num_robots)
-    return make_snapshot(
-        now_s + rng.uniform(-0.2, 0.6, num_robots),
-        now_s=now_s,
-        max_batch_size=int(rng.integers(1, 6)),
-        eligible=rng.random(num_robots) < rng.uniform(0.3, 1.0),
-        weight=rng.choice([1.0, 3.0], num_robots),
-        obs_time_s=now_s - rng.uniform(0.0, 1.0, num_robots) / control_hz,
-        control_hz=control_hz,
-        max_execution_horizon=rng.integers(4, 12, num_robots),
-        downlink_s=rng.uniform(0.002, 0.01, num_robots),
-        robot_id=rng.permutation(num_robots) + 1000,
-        contact_order=rng.permutation(num_robots),
-    )

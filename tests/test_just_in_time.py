@@ -22,16 +22,12 @@ PAPER_FLEETS = Path(__file__).resolve().parents[1] / "configs" / "fleets" / "pap
 
 WITHOUT_FLUID_SHARE = ("fluid-share",)
 """The over-capacity rules these tests pin down, as they decide without fluid-share
-(which takes streaming fleets over capacity first: tests/test_fluid_share.py)."""
+(which takes streaming fleets over capacity first: tests/test_scheduler_properties.py)."""
 
 
 def rule() -> JustInTimeScheduler:
-    """The scheduler's rule alone: a small fleet of streaming robots would also have its
-    batches checked by rollouts (tests/test_rollout.py), which these hand-built cases
-    do not test."""
-    return JustInTimeScheduler(
-        rollout_horizon_s=0.0, cadence_horizon_s=0.0, disabled_rules=WITHOUT_FLUID_SHARE
-    )
+    """The scheduler without fluid-share, whose over-capacity rule these cases pin down."""
+    return JustInTimeScheduler(disabled_rules=WITHOUT_FLUID_SHARE)
 
 
 def test_a_robot_with_time_to_spare_waits_for_its_latest_start() -> None:

@@ -88,10 +88,6 @@ class SchedulerOptions:
     """lookahead-actions: batches planned ahead (1 = score the next batch only)."""
     lookahead_node_budget: int = SchedulerConfig.lookahead_node_budget
     """lookahead-actions: most candidate plans scored per decision."""
-    rollout_horizon_s: float = SchedulerConfig.rollout_horizon_s
-    """just-in-time: seconds played ahead to check each batch over capacity (0: off)."""
-    cadence_horizon_s: float = SchedulerConfig.cadence_horizon_s
-    """just-in-time: seconds played ahead to check each batch against steady cadences (0: off)."""
     disabled_rules: tuple[str, ...] = SchedulerConfig.disabled_rules
     """just-in-time: rules turned off, to measure what each earns (see --explain)."""
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 
@@ -20,10 +19,6 @@ class SchedulerConfig:
     """lookahead-actions: batches planned ahead (1 = score the next batch only)."""
     lookahead_node_budget: int = 64
     """lookahead-actions: most candidate plans scored per decision."""
-    rollout_horizon_s: float = 0.75
-    """just-in-time: seconds played ahead to check each batch over capacity (0: off)."""
-    cadence_horizon_s: float = 1.5
-    """just-in-time: seconds played ahead to check each batch against steady cadences (0: off)."""
     disabled_rules: tuple[str, ...] = ()
     """just-in-time: rules turned off, to measure what each earns (docs/scheduling.md)."""
 
@@ -32,10 +27,6 @@ class SchedulerConfig:
             raise ValueError(f"lookahead_horizon_s must be > 0, got {self.lookahead_horizon_s}")
         if self.lookahead_depth < 1:
             raise ValueError(f"lookahead_depth must be >= 1, got {self.lookahead_depth}")
-        for name in ("rollout_horizon_s", "cadence_horizon_s"):
-            value = getattr(self, name)
-            if not (value >= 0 and math.isfinite(value)):
-                raise ValueError(f"{name} must be >= 0 and finite, got {value}")
         if self.lookahead_node_budget < 1:
             raise ValueError(
                 f"lookahead_node_budget must be >= 1, got {self.lookahead_node_budget}"

@@ -13,8 +13,7 @@ Over capacity, as the weighted fluid optimum (:mod:`armory.scheduling.fluid_mix`
 says: with every robot streaming (``fluid-share``), each robot's due time moves by
 the dry wait that serves it the share of its ticks the optimum serves, and the rule
 above runs on the moved times; otherwise robots are ranked by the weighted actions a
-chunk adds, at batch sizes the optimum uses (``overload``). Small streaming fleets have their batch
-checked by plays of the fleet forward (``rollout``, ``cadence``, ``steady-cadence``).
+chunk adds, at batch sizes the optimum uses (``overload``).
 Directed robots the scheduler keeps waiting dry are told to send once dry
 (:meth:`JustInTimeScheduler.waits_dry`).
 
@@ -32,7 +31,6 @@ from armory.scheduling.base import Scheduler
 from armory.scheduling.config import SchedulerConfig
 from armory.scheduling.fluid_mix import fluid_mix, surely_fits
 from armory.scheduling.ordering import worth_order
-from armory.scheduling.rollout_checks import best_cadence, best_first_batch, steady_cadence
 from armory.scheduling.snapshot import Batch, Snapshot
 
 BASE_RULE = "on-time"
@@ -46,19 +44,13 @@ RULES: dict[str, str] = {
     "the dry wait that serves it the share of ticks the fluid optimum serves",
     "overload": "over capacity: robots by the weighted actions a chunk adds, at a batch "
     "size the fluid optimum uses",
-    "rollout": "over capacity, at most 16 streaming robots: a first batch that starves the "
-    "fleet less over 0.75 s of play replaced the rule's",
-    "cadence": "over capacity, at most 16 streaming robots: a steady cadence that starves "
-    "less over 1.5 s replaced the batch",
-    "steady-cadence": "the fleet fits, at most 16 streaming robots: a batch size whose "
-    "back-to-back play starves nobody replaced one that starves somebody",
 }
 """Every rule of the decision path, by the name a batch carries (docs/scheduling.md)."""
 
 _DENSE_SIZES = 16
+"""Up to this max batch size every size is a candidate; past it a geometric subset."""
 _NEVER_S = 1e6
 """A wait that stands for never (a robot the fluid optimum does not serve)."""
-"""Up to this max batch size every size is a candidate; past it a geometric subset."""
 
 
 def _directed(s: Snapshot) -> np.ndarray:
@@ -91,10 +83,6 @@ class JustInTimeScheduler(Scheduler):
         margin_s: float = 0.004,
         margin_ticks: float = 0.5,
         overload_actions: float = 5.0,
-        rollout_horizon_s: float = SchedulerConfig.rollout_horizon_s,
-        rollout_margin: float = 0.5,
-        rollout_max_robots: int = 16,
-        cadence_horizon_s: float = SchedulerConfig.cadence_horizon_s,
         disabled_rules: tuple[str, ...] = (),
     ) -> None:
         unknown = sorted(set(disabled_rules) - set(RULES) | ({BASE_RULE} & set(disabled_rules)))
@@ -112,72 +100,24 @@ class JustInTimeScheduler(Scheduler):
         # Overload: even the best back-to-back plan loses more than this many actions
         # (weighted, in units of the heaviest robot's weight).
         self.overload_actions = overload_actions
-        # Over capacity, with every plan late and every robot streaming observations,
-        # the rule's batch is checked by rolling the fleet forward this long; another
-        # batch replaces it only if it starves this many weighted ticks less. Fleets
-        # above rollout_max_robots are not rolled out (the cost grows with robots x
-        # sizes); a horizon of 0 turns rollouts off.
-        self.rollout_horizon_s = rollout_horizon_s
-        self.rollout_margin = rollout_margin
-        self.rollout_max_robots = rollout_max_robots
-        # With every robot streaming (and at most rollout_max_robots), the batch is
-        # checked against back-to-back batches of one size played this long: over
-        # capacity, the cadence that starves least replaces it if it starves
-        # rollout_margin weighted ticks less; on a fleet that fits, one that starves
-        # nobody replaces a batch whose own size would starve somebody. 0: off.
-        self.cadence_horizon_s = cadence_horizon_s
 
     @classmethod
     def from_config(cls, config: SchedulerConfig) -> JustInTimeScheduler:
         """A scheduler with the config's just-in-time options."""
-        return cls(
-            rollout_horizon_s=config.rollout_horizon_s,
-            cadence_horizon_s=config.cadence_horizon_s,
-            disabled_rules=config.disabled_rules,
-        )
+        return cls(disabled_rules=config.disabled_rules)
 
     def schedule(self, snapshot: Snapshot) -> Batch:
         """Called whenever the executor is free and at least one robot is eligible."""
         if not snapshot.eligible.any():
             return Batch((), rule=BASE_RULE)
-        batch, over_capacity = self._rule(snapshot)
-        if not batch.robot_ids or not self._streams_every_tick(snapshot):
-            return batch
-        if over_capacity:
-            # Rollouts of the first batch, then steady cadences played longer.
-            sizes_used = tuple(int(b) for b in self._fluid_optimum(snapshot)[1])
-            checks = (
-                ("rollout", best_first_batch, self.rollout_horizon_s),
-                ("cadence", best_cadence, self.cadence_horizon_s),
-            )
-            for rule, check, horizon_s in checks:
-                if horizon_s > 0.0 and self._on(rule):
-                    checked = check(
-                        snapshot,
-                        batch,
-                        horizon_s=horizon_s,
-                        margin=self.rollout_margin,
-                        sizes_used=sizes_used,
-                    )
-                    if checked is not batch:
-                        batch = dataclasses.replace(checked, rule=rule)
-            return batch
-        if (
-            self.cadence_horizon_s > 0.0
-            and self._on("steady-cadence")
-            and self._fluid_optimum(snapshot)[0]
-        ):
-            checked = steady_cadence(snapshot, batch, horizon_s=self.cadence_horizon_s)
-            if checked is not batch:
-                batch = dataclasses.replace(checked, rule="steady-cadence")
-        return batch
+        return self._rule(snapshot)
 
     def _on(self, rule: str) -> bool:
         """Whether ``rule`` may decide (rules are turned off only to measure them)."""
         return rule not in self.disabled_rules
 
-    def _rule(self, s: Snapshot, gap_s: np.ndarray | float = 0.0) -> tuple[Batch, bool]:
-        """The rule's batch, and whether every plan is late on a fleet over capacity."""
+    def _rule(self, s: Snapshot, gap_s: np.ndarray | float = 0.0) -> Batch:
+        """The batch of the plan over robots due at their due times moved by ``gap_s``."""
         now = s.now_s
         # The plan covers every robot the server knows, in due order: robots whose
         # requests are still on their way (threshold and directed clients ask late)
@@ -200,21 +140,18 @@ class JustInTimeScheduler(Scheduler):
         tardiness = np.round((lateness * value_per_s[None, :]).sum(axis=1), 9)
         latest_start_s = (due[None, :] - finish_s).min(axis=1) - margin
         weights = s.weight[candidates]
-        fleet_fits: bool | None = None  # the fluid optimum's verdict, looked up once
-        if tardiness.min() > self.overload_actions * float(weights.max()):
+        if np.isscalar(gap_s) and tardiness.min() > self.overload_actions * float(weights.max()):
             fleet_fits, sizes_used = self._fluid_optimum(s)
-            if not fleet_fits and np.isscalar(gap_s) and self._on("fluid-share"):
+            if not fleet_fits and self._on("fluid-share"):
                 gaps = self._fluid_gaps(s)
                 if gaps.any():
-                    batch = self._rule(s, gap_s=gaps)[0]
-                    return dataclasses.replace(batch, rule="fluid-share"), True
+                    return dataclasses.replace(self._rule(s, gap_s=gaps), rule="fluid-share")
             if (
-                np.isscalar(gap_s)
-                and not fleet_fits
+                not fleet_fits
                 and self._on("overload")
                 and (sizes_used.max() > 1 or weights.max() > weights.min())
             ):
-                return self._overloaded(s, sizes_used), True
+                return self._overloaded(s, sizes_used)
 
         # The least late size; among equals, the most motion per GPU second in its first
         # batch (the first eligible robots in due order). It waits for its latest start
@@ -228,14 +165,10 @@ class JustInTimeScheduler(Scheduler):
         in_batch = np.arange(candidates.size)[None, :] < sizes[:, None]
         worth_per_s = (gain_s * (s.weight * s.control_hz)[candidates][None, :] * in_batch).sum(1)
         efficiency = worth_per_s / latency[sizes]
-        every_plan_late = tardiness.min() > 0.0
-        if every_plan_late and fleet_fits is None:
-            fleet_fits = self._fluid_optimum(s)[0]
         best = int(np.lexsort((-efficiency, tardiness))[0])
         if tardiness[best] == 0.0 and latest_start_s[best] > now and self._on("wait"):
-            return Batch((), wait_until_s=float(latest_start_s[best]), rule="wait"), False
-        batch = Batch(tuple(s.robot_id[candidates[: sizes[best]]].tolist()), rule=BASE_RULE)
-        return batch, every_plan_late and not fleet_fits
+            return Batch((), wait_until_s=float(latest_start_s[best]), rule="wait")
+        return Batch(tuple(s.robot_id[candidates[: sizes[best]]].tolist()), rule=BASE_RULE)
 
     def _fluid_gaps(self, s: Snapshot) -> np.ndarray:
         """Per robot: how long after its queue runs dry its next chunk is due, so that
@@ -262,21 +195,6 @@ class JustInTimeScheduler(Scheduler):
         if not self._on("fluid-share") or not _directed(s).any() or surely_fits(s):
             return np.zeros(s.num_robots, dtype=bool)
         return _directed(s) & (fluid_mix(s).share < 1.0 - 1e-3)
-
-    def _streams_every_tick(self, s: Snapshot) -> bool:
-        """Whether the fleet is small enough to roll out and every robot's held
-        observation is at most a tick and a link old (it sends one every tick)."""
-        return s.num_robots <= self.rollout_max_robots and self._all_streaming(s)
-
-    def _all_streaming(self, s: Snapshot) -> bool:
-        """Whether every robot of ``s`` streams observations (:meth:`_streaming`)."""
-        return bool(self._streaming(s, np.arange(s.num_robots)).all())
-
-    def _streaming(self, s: Snapshot, rows: np.ndarray) -> np.ndarray:
-        """Per robot of ``rows``: its held observation is at most a tick and a link (and
-        the jitter margin) old, as it is for a robot that sends one every tick."""
-        age_s = s.now_s - s.obs_time_s[rows]
-        return age_s <= 1.0 / s.control_hz[rows] + s.downlink_s[rows] + self.margin_s
 
     def _overloaded(self, s: Snapshot, sizes_used: np.ndarray) -> Batch:
         """The batch, of a size the fluid optimum uses, that buys the most weighted
