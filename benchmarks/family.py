@@ -69,6 +69,12 @@ def _run(job: tuple[str, int, str, float, str | None, tuple[str, ...]]) -> dict:
     }
 
 
+def _ratio(schedulers: dict[str, dict]) -> float:
+    """The default's weighted throughput over the best other scheduler's."""
+    best = max(v["weighted_throughput"] for k, v in schedulers.items() if k != OURS)
+    return schedulers[OURS]["weighted_throughput"] / best if best > 0 else 1.0
+
+
 def _bounds(job: tuple[str, int]) -> tuple[float, bool]:
     fleet = generate_fleet(*job).fleet
     bound = fleet_bound(fleet)
@@ -163,9 +169,8 @@ def main() -> None:
         ours = res[OURS]
         decision_us.append((fleet.num_robots, ours["mean_decision_us"]))
         others = [n for n in names if n != OURS]
-        best_thr = max(res[n]["weighted_throughput"] for n in others)
         best_starv = min(res[n]["starvation"] for n in others)
-        ratio = ours["weighted_throughput"] / best_thr if best_thr > 0 else 1.0
+        ratio = _ratio(res)
         equal = len({g.weight for g in fleet.robots}) == 1
         goals = []
         counts["fleets"] += 1
@@ -235,6 +240,17 @@ def main() -> None:
         f"of every-tick and <= 1.5 observations per chunk on "
         f"{counts['DIRECTED']}/{counts['directed']}. ({elapsed:.0f} s wall)"
     )
+    print("\nby request mode and load (fleets, >= 0.99x the best other, mean ratio):")
+    bands = (("load < 0.8", 0.0, 0.8), ("0.8-1.1", 0.8, 1.1), ("> 1.1", 1.1, 9.9))
+    for mode in ("every-tick", "threshold", "directed"):
+        cells = []
+        for label, lo, hi in bands:
+            picked = [r for r in rows if r["request_mode"] == mode and lo <= r["load"] < hi]
+            ratios = [_ratio(r["schedulers"]) for r in picked]
+            ok = sum(x >= 0.99 - THROUGHPUT_TOLERANCE for x in ratios)
+            mean = f"{np.mean(ratios):.3f}" if ratios else "  -  "
+            cells.append(f"{label}: {len(picked):3d} {ok:3d} {mean}")
+        print(f"  {mode:10s}  " + "   ".join(cells))
     sizes = np.array(decision_us)
     for lo, hi in ((2, 16), (17, 64), (65, 256)):
         sel = (sizes[:, 0] >= lo) & (sizes[:, 0] <= hi)
