@@ -83,15 +83,16 @@ def test_deadline_of_a_new_robot_is_its_arrival() -> None:
 
 
 def test_a_dry_robot_keeps_the_deadline_it_ran_dry_at() -> None:
-    """A chunk predicted to run out at 1.75 s; reports of an empty queue at 2.0 s and 2.5 s
-    leave the deadline at 1.75 s: the robot has waited dry since then."""
+    """A robot first reports an empty queue at 2.0 s; its reports at 2.5 s and 3.0 s,
+    empty too, leave its deadline at 2.0 s: it has waited dry since then."""
     mirror = make_mirror()
     mirror.observe(7, QueueReport(20, 3, 18), 1.0)
     mirror.dispatch(7, land_s=1.25)
-    assert mirror.deadline_of(7) == pytest.approx(1.75)
-    mirror.observe(7, QueueReport(24, 0, 20), 2.0 + 0.005)
-    mirror.observe(7, QueueReport(24, 0, 20), 2.5 + 0.005)
-    assert mirror.deadline_of(7) == pytest.approx(1.75)
+    mirror.observe(7, QueueReport(24, 0, 20), 2.0)
+    assert mirror.deadline_of(7) == pytest.approx(2.0)
+    mirror.observe(7, QueueReport(24, 0, 20), 2.5)
+    mirror.observe(7, QueueReport(24, 0, 20), 3.0)
+    assert mirror.deadline_of(7) == pytest.approx(2.0)
 
 
 def test_dispatch_landing_before_the_queue_runs_dry_applies_the_replace_rule() -> None:

@@ -226,6 +226,7 @@ class QueueMirror:
         ):
             return False
         taken_s = now_s - self.uplink_s[row]
+        reported_dry = self.report_queue_end[row] <= self.obs_index[row]
         self.has_obs[row] = True
         self.obs_index[row] = report.action_index
         self.obs_chunk_start[row] = report.chunk_start
@@ -235,8 +236,8 @@ class QueueMirror:
         self.report_queue_end[row] = report.action_index + max(report.actions_left, 0)
         dry_since_s = float(self.deadline_s[row])
         self._replay(row)
-        if self.deadline_s[row] <= taken_s and dry_since_s < self.deadline_s[row]:
-            # The queue is empty: it ran dry when last predicted, not when it said so.
+        if reported_dry and self.deadline_s[row] <= taken_s and dry_since_s < self.deadline_s[row]:
+            # Empty again, as last time: the robot has waited dry since then.
             self.deadline_s[row] = dry_since_s
         return True
 
