@@ -298,8 +298,10 @@ class ServerEngine:
         request.session.answered(result.chunk_start)
         next_index = None
         if state is not None:
-            # A robot the scheduler keeps waiting dry is told to send once dry.
-            lead_s = 0.0 if self.loop.waits_dry(robot_id) else self._lead_s(plan)
+            # A directed robot the scheduler keeps waiting dry is told to send once dry
+            # (only directed robots follow the index, so only they ask the scheduler).
+            waits = plan.limits.directed and self.loop.waits_dry(robot_id)
+            lead_s = 0.0 if waits else self._lead_s(plan)
             next_index = directed_send_index(result.chunk_start, plan.limits, lead_s)
         return Reply(
             actions=result.actions,

@@ -31,5 +31,5 @@ class Scheduler(abc.ABC):
         """Called when chunks for directed robots are ready: per robot, whether the
         scheduler will keep it waiting with an empty queue, so that it should send its
         next observation only once its queue has run dry (a chunk from that observation
-        loses nothing to the wait). None by default."""
+        loses nothing to the wait). No robot, unless a scheduler says otherwise."""
         return np.zeros(snapshot.num_robots, dtype=bool)

@@ -51,6 +51,8 @@ _DENSE_SIZES = 16
 """Up to this max batch size every size is a candidate; past it a geometric subset."""
 _NEVER_S = 1e6
 """A wait that stands for never (a robot the fluid optimum does not serve)."""
+_IN_FULL = 1.0 - 1e-3
+"""A fluid share at least this large serves the robot in full (no dry wait)."""
 
 
 def _directed(s: Snapshot) -> np.ndarray:
@@ -110,19 +112,20 @@ class JustInTimeScheduler(Scheduler):
         """Called whenever the executor is free and at least one robot is eligible."""
         if not snapshot.eligible.any():
             return Batch((), rule=BASE_RULE)
-        return self._rule(snapshot)
+        return self._rule(snapshot, None)
 
     def _on(self, rule: str) -> bool:
         """Whether ``rule`` may decide (rules are turned off only to measure them)."""
         return rule not in self.disabled_rules
 
-    def _rule(self, s: Snapshot, gap_s: np.ndarray | float = 0.0) -> Batch:
-        """The batch of the plan over robots due at their due times moved by ``gap_s``."""
+    def _rule(self, s: Snapshot, gap_s: np.ndarray | None) -> Batch:
+        """The batch of the plan over robots in due order; with ``gap_s`` (fluid-share)
+        each due time moved by its robot's dry wait, and no over-capacity rule again."""
         now = s.now_s
         # The plan covers every robot the server knows, in due order: robots whose
         # requests are still on their way (threshold and directed clients ask late)
         # need GPU time too. Only eligible robots can ride the next batch.
-        due = s.deadline_s - s.downlink_s + gap_s
+        due = s.deadline_s - s.downlink_s + (0.0 if gap_s is None else gap_s)
         rows = np.lexsort((s.contact_order, due))
         due = due[rows]
         value_per_s = s.weight[rows] * s.control_hz[rows]
@@ -140,7 +143,7 @@ class JustInTimeScheduler(Scheduler):
         tardiness = np.round((lateness * value_per_s[None, :]).sum(axis=1), 9)
         latest_start_s = (due[None, :] - finish_s).min(axis=1) - margin
         weights = s.weight[candidates]
-        if np.isscalar(gap_s) and tardiness.min() > self.overload_actions * float(weights.max()):
+        if gap_s is None and tardiness.min() > self.overload_actions * float(weights.max()):
             fleet_fits, sizes_used = self._fluid_optimum(s)
             if not fleet_fits and self._on("fluid-share"):
                 gaps = self._fluid_gaps(s)
@@ -186,7 +189,7 @@ class JustInTimeScheduler(Scheduler):
         # threshold client would count the wait into its round trip and ask earlier.)
         held_dry = _directed(s) & (s.obs_time_s >= s.deadline_s - 1e-9)
         waits_ok = np.full(s.num_robots, bool(streams.all())) | held_dry
-        return np.where((share >= 1.0 - 1e-3) | ~waits_ok, 0.0, np.minimum(waits, _NEVER_S))
+        return np.where((share >= _IN_FULL) | ~waits_ok, 0.0, np.minimum(waits, _NEVER_S))
 
     def waits_dry(self, snapshot: Snapshot) -> np.ndarray:
         """Directed robots the fluid optimum serves less than in full, on a fleet over
@@ -194,7 +197,7 @@ class JustInTimeScheduler(Scheduler):
         s = snapshot
         if not self._on("fluid-share") or not _directed(s).any() or surely_fits(s):
             return np.zeros(s.num_robots, dtype=bool)
-        return _directed(s) & (fluid_mix(s).share < 1.0 - 1e-3)
+        return _directed(s) & (fluid_mix(s).share < _IN_FULL)
 
     def _overloaded(self, s: Snapshot, sizes_used: np.ndarray) -> Batch:
         """The batch, of a size the fluid optimum uses, that buys the most weighted

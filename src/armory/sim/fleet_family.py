@@ -74,8 +74,8 @@ def generate_fleet(family: str, seed: int) -> FamilyFleet:
     action_horizon = int(rng.integers(10, 51))
     max_batch = int(rng.choice([4, 5, 6, 8, 10, 12, 16, 24, 32]))
     points = _latency_points(rng)
-    latency = _table(points, max_batch)
-    capacity = float(np.max(np.arange(1, max_batch + 1) / latency))
+    latency = LatencyProfile(points).table(max_batch)[1:]
+    capacity = _chunks_per_s(latency)
     weighted = rng.random() < 0.3
     num_types = int(rng.integers(1, 5))
     far_type = int(rng.integers(num_types)) if rng.random() < 0.3 else -1
@@ -134,10 +134,15 @@ def generate_fleet(family: str, seed: int) -> FamilyFleet:
 def fleet_load(fleet: FleetSpec) -> float:
     """Chunks per second the fleet asks (``sum f_i / E_i``) over the most the GPU
     computes at any batch size up to the max (``max_b b / latency(b)``)."""
-    table = fleet.profile().table(fleet.max_batch_size)[1:]
-    capacity = float(np.max(np.arange(1, table.size + 1) / table))
+    capacity = _chunks_per_s(fleet.profile().table(fleet.max_batch_size)[1:])
     demand = sum(g.count * g.control_hz / g.max_execution_horizon for g in fleet.robots)
     return demand / capacity
+
+
+def _chunks_per_s(latency_s: np.ndarray) -> float:
+    """The most chunks a second the GPU computes, at the best batch size (``latency_s[j]``
+    is the forward pass of a batch of ``j + 1``)."""
+    return float(np.max(np.arange(1, latency_s.size + 1) / latency_s))
 
 
 def _latency_points(rng: np.random.Generator) -> dict[int, float]:
@@ -153,10 +158,6 @@ def _latency_points(rng: np.random.Generator) -> dict[int, float]:
         scale = float(rng.uniform(0.5, 1.5))
         return {b: round(s * scale, 5) for b, s in base.items()}
     return {1: round(intercept_s + slope_s, 5), 2: round(intercept_s + 2 * slope_s, 5)}
-
-
-def _table(points: dict[int, float], max_batch: int) -> np.ndarray:
-    return LatencyProfile(points).table(max_batch)[1:]
 
 
 def write_family(family: str, count: int, seed: int, out_dir: Path) -> list[Path]:
