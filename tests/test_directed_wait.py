@@ -10,6 +10,7 @@ import numpy as np
 from factories import make_snapshot
 
 from armory.engine.batch_loop import BatchLoop
+from armory.engine.fault_isolation import subset
 from armory.engine.latency_profile import LatencyProfile
 from armory.engine.queue_mirror import QueueMirror, QueueReport, RobotLimits
 from armory.scheduling.just_in_time import JustInTimeScheduler
@@ -93,3 +94,12 @@ def test_a_scheduler_failing_to_advise_leaves_robots_their_usual_lead() -> None:
         return loop.waits_dry(3)
 
     assert asyncio.run(check()) is False
+
+
+def test_a_snapshot_without_directed_robots_can_be_split_to_find_a_culprit() -> None:
+    """Fault isolation takes subsets of a snapshot whose optional per-robot field is
+    absent (no robot directed) as well as present."""
+    plain = make_snapshot([0.5, 0.6, 0.7])
+    assert subset(plain, np.array([0, 2])).robot_id.tolist() == [0, 2]
+    directed = dataclasses.replace(plain, directed=np.array([True, False, True]))
+    assert subset(directed, np.array([1, 2])).directed.tolist() == [False, True]

@@ -48,8 +48,10 @@ class Isolated:
 
 def subset(snapshot: Snapshot, rows: np.ndarray) -> Snapshot:
     """The snapshot holding only the robots at ``rows``."""
+    columns = {name: getattr(snapshot, name) for name in _ROW_FIELDS}
+    # A per-robot field may be absent (None: e.g. no robot is directed).
     return dataclasses.replace(
-        snapshot, **{name: getattr(snapshot, name)[rows] for name in _ROW_FIELDS}
+        snapshot, **{name: c[rows] for name, c in columns.items() if c is not None}
     )
 
 
