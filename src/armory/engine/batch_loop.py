@@ -1,12 +1,11 @@
 """The real-time batch loop: the scheduler decides, the executor computes, futures answer.
 
-It drives the mirror and the scheduler exactly as the simulator does
-(``sim/simulator.py``): whenever the executor is free and some robot is
-eligible it takes ``mirror.snapshot(now, profile.table(max_b), max_b)``, asks
-``scheduler.schedule``, asserts ``check_batch``, dispatches each robot with its
-expected landing time (now + learned latency + downlink), and after the forward
-pass feeds the measured seconds to ``profile.observe`` and
-``scheduler.on_batch_done``. An empty batch with ``wait_until_s`` is honoured by
+It decides through the same :class:`~armory.engine.decision_step.DecisionStep` as
+the simulator (``sim/simulator.py``): whenever the executor is free and some robot
+is eligible, the step snapshots the mirror, asks the scheduler, checks the batch
+and dispatches each robot with its expected landing time (now + learned latency +
+downlink); after the forward pass it feeds the measured seconds to the profile and
+the scheduler. An empty batch with ``wait_until_s`` is honoured by
 sleeping until then or until something changes (a request arrives, a robot
 leaves, a batch finishes), whichever comes first.
 
@@ -38,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from armory.engine.decision_step import DecisionStep
 from armory.engine.errors import (
     PolicyError,
     QueueStateError,
@@ -48,12 +48,11 @@ from armory.engine.errors import (
     Superseded,
 )
 from armory.engine.executor import BatchOutcome, Executor
-from armory.engine.fault_isolation import decide_isolating
 from armory.engine.latency_profile import LatencyProfile
 from armory.engine.queue_mirror import QueueMirror, check_limits, check_report
-from armory.engine.session import BATCH_SIZE_SMOOTHING, RequestPlan
+from armory.engine.session import RequestPlan
 from armory.scheduling.base import Scheduler
-from armory.scheduling.snapshot import Batch, Snapshot, check_batch
+from armory.scheduling.snapshot import Batch
 
 logger = logging.getLogger(__name__)
 
@@ -133,7 +132,6 @@ class _Request:
     future: asyncio.Future[ChunkResult]
     received_s: float
     submitted_s: float
-    downlink_s: float
     chunk_start: int = 0
     land_s: float = 0.0
     """When the mirror expects its chunk to land (set at dispatch)."""
@@ -156,11 +154,7 @@ class _Counters:
     batch_sizes: Counter[int] = field(default_factory=Counter)
     num_dropped_chunks: int = 0
     busy_s: float = 0.0
-    num_decisions: int = 0
-    decision_s: float = 0.0
     num_taken_back: int = 0
-    num_scheduler_faults: int = 0
-    decisions_by_rule: Counter[str] = field(default_factory=Counter)
 
 
 class BatchLoop:
@@ -179,14 +173,16 @@ class BatchLoop:
         decide_ahead_s: float = 0.0,
         request_timeout_s: float | None = None,
     ) -> None:
-        if max_batch_size < 1:
-            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        self.step = DecisionStep(
+            QueueMirror(),
+            scheduler,
+            profile,
+            max_batch_size=max_batch_size,
+            check_invariants=check_invariants,
+        )
+        """Snapshot, schedule, check and dispatch, as in the simulator."""
         self.executor = executor
-        self.scheduler = scheduler
-        self.profile = profile
-        self.max_batch_size = max_batch_size
         self.clock = clock
-        self.check_invariants = check_invariants
         self.idle_poll_s = idle_poll_s
         """Re-ask a scheduler that returned an empty batch without ``wait_until_s`` after this."""
         self.decide_ahead_s = decide_ahead_s
@@ -197,9 +193,6 @@ class BatchLoop:
         self.request_timeout_s = request_timeout_s
         """A request no batch has taken this long after its arrival is withdrawn and
         fails with RequestTimeout (None: requests wait as long as it takes)."""
-        self.mirror = QueueMirror()
-        self.recent_batch_size = 1.0
-        """Moving average of batch sizes (used to tell robots when to ask again)."""
         self._waits_dry: set[int] = set()
         """Directed robots the scheduler keeps waiting dry, as of batch ``_waits_dry_batch``."""
         self._waits_dry_batch = -1
@@ -221,6 +214,27 @@ class BatchLoop:
         self._expiry: asyncio.TimerHandle | None = None
         """Sweeps waiting requests past the request timeout."""
         self._closing = False
+
+    @property
+    def mirror(self) -> QueueMirror:
+        return self.step.mirror
+
+    @property
+    def scheduler(self) -> Scheduler:
+        return self.step.scheduler
+
+    @property
+    def profile(self) -> LatencyProfile:
+        return self.step.profile
+
+    @property
+    def max_batch_size(self) -> int:
+        return self.step.max_batch_size
+
+    @property
+    def recent_batch_size(self) -> float:
+        """Moving average of batch sizes (used to tell robots when to ask again)."""
+        return self.step.recent_batch_size
 
     # ---- lifecycle -----------------------------------------------------
 
@@ -313,7 +327,6 @@ class BatchLoop:
             future=future,
             received_s=received_s,
             submitted_s=self.clock(),
-            downlink_s=plan.limits.downlink_s,
         )
         self._wake.set()
         return future
@@ -370,11 +383,8 @@ class BatchLoop:
         (``Scheduler.waits_dry``), asked once per batch: its next observation should then
         be taken once its queue has run dry."""
         if self._waits_dry_batch != self._counters.num_batches:
-            max_batch = self.max_batch_size
-            snapshot = self.mirror.snapshot(self.clock(), self.profile.table(max_batch), max_batch)
             try:
-                waiting = self.scheduler.waits_dry(snapshot)
-                self._waits_dry = set(snapshot.robot_id[waiting].tolist())
+                self._waits_dry = self.step.waits_dry(self.clock())
             except Exception:
                 # Only advice: robots are then told to send with the usual lead.
                 logger.exception("the scheduler's waits_dry failed; no robot waits dry")
@@ -383,17 +393,17 @@ class BatchLoop:
         return robot_id in self._waits_dry
 
     def stats(self) -> LoopStats:
-        c = self._counters
+        c, d = self._counters, self.step.counters
         return LoopStats(
             num_batches=c.num_batches,
             batch_size_counts=dict(sorted(c.batch_sizes.items())),
             num_dropped_chunks=c.num_dropped_chunks,
             busy_s=c.busy_s,
-            num_decisions=c.num_decisions,
-            decision_s=c.decision_s,
+            num_decisions=d.num_decisions,
+            decision_s=d.decision_s,
             num_taken_back=c.num_taken_back,
-            num_scheduler_faults=c.num_scheduler_faults,
-            decisions_by_rule=dict(c.decisions_by_rule),
+            num_scheduler_faults=d.num_scheduler_faults,
+            decisions_by_rule=dict(d.decisions_by_rule),
         )
 
     # ---- the loop ------------------------------------------------------
@@ -439,16 +449,14 @@ class BatchLoop:
         """Ask the scheduler at ``now_s``; start a batch (``ahead``: queue it behind the
         running one), or return how long to sleep before asking again (None: until
         something changes)."""
-        started = time.perf_counter()
-        max_batch = self.max_batch_size
-        snapshot = self.mirror.snapshot(now_s, self.profile.table(max_batch), max_batch)
-        if not snapshot.eligible.any():
+        decision = self.step.decide(now_s)
+        if decision is None:
             return None
-        batch = self._schedule(snapshot)
-        decision_s = time.perf_counter() - started
-        self._counters.num_decisions += 1
-        self._counters.decision_s += decision_s
-        self._counters.decisions_by_rule[batch.rule or self.scheduler.name] += 1
+        for robot_id in decision.refused:  # the scheduler failed on its queue state
+            request = self._waiting.pop(robot_id, None)
+            if request is not None:
+                _fail(request.future, QueueStateError(_CULPRIT))
+        batch, decision_s = decision.batch, decision.decision_s
         self.recent_decision_s += _DECISION_SMOOTHING * (decision_s - self.recent_decision_s)
         if not batch.robot_ids:
             if batch.wait_until_s is None:
@@ -457,43 +465,16 @@ class BatchLoop:
         self._dispatch(batch, now_s, decision_s, ahead=ahead)
         return None
 
-    def _schedule(self, snapshot: Snapshot) -> Batch:
-        """The scheduler's batch; when the scheduler raises, the batch taken without the
-        robot whose state made it fail (that robot's request is refused and its row
-        forgotten), or the safe rule's (:mod:`armory.engine.fault_isolation`)."""
-        try:
-            return self._schedule_checked(snapshot)
-        except Exception:
-            logger.exception("scheduling failed; looking for the robot whose state caused it")
-        isolated = decide_isolating(self._schedule_checked, snapshot)
-        self._counters.num_scheduler_faults += 1
-        for robot_id in isolated.culprits:
-            logger.warning("robot %d refused: the scheduler fails on its queue state", robot_id)
-            request = self._waiting.pop(robot_id, None)
-            if request is not None:
-                _fail(request.future, QueueStateError(_CULPRIT))
-            if robot_id in self.mirror:
-                self.mirror.remove(robot_id)
-        if self.check_invariants:
-            check_batch(snapshot, isolated.batch)
-        return isolated.batch
-
-    def _schedule_checked(self, snapshot: Snapshot) -> Batch:
-        batch = self.scheduler.schedule(snapshot)
-        if self.check_invariants:
-            check_batch(snapshot, batch)
-        return batch
-
     def _dispatch(self, batch: Batch, now_s: float, decision_s: float, *, ahead: bool) -> None:
         """Hand ``batch``, which starts at ``now_s``, to the worker: at once, or (``ahead``)
         queued behind the running batch."""
-        size = len(batch.robot_ids)
-        latency_s = self.profile.latency_s(size)
+        latency_s = self.step.planned_latency_s(len(batch.robot_ids))
         requests = []
-        for robot_id in batch.robot_ids:
+        for dispatched in self.step.dispatch(batch, now_s):
+            robot_id = dispatched.robot_id
             request = self._waiting.pop(robot_id)
-            request.land_s = now_s + latency_s + request.downlink_s
-            request.chunk_start = self.mirror.dispatch(robot_id, request.land_s)
+            request.land_s = dispatched.land_s
+            request.chunk_start = dispatched.chunk_start
             self._inflight.setdefault(robot_id, []).append(request)
             requests.append(request)
         # The worker gets the batch in the step that chose it, and its outcome is handled
@@ -578,14 +559,11 @@ class BatchLoop:
             forward_s = max(self.clock() - dispatched_s, 1e-9)
             size = len(requests)
             # The worker's own time: a batch queued behind another waited for it first.
-            if outcome.ok:
-                self.profile.observe(size, outcome.policy_s)
-            self.scheduler.on_batch_done(batch, outcome.policy_s)
+            self.step.batch_done(batch, outcome.policy_s, learn=outcome.ok)
             c = self._counters
             c.num_batches += 1
             c.batch_sizes[size] += 1
             c.busy_s += outcome.policy_s
-            self.recent_batch_size += BATCH_SIZE_SMOOTHING * (size - self.recent_batch_size)
             for request, chunk in zip(requests, outcome.chunks, strict=True):
                 self._leave_inflight(request)
                 if request.future.done():

@@ -291,6 +291,9 @@ class QueueMirror:
             directed=self.directed[s].copy(),
         )
 
+    def downlink_s_of(self, robot_id: int) -> float:
+        return float(self.downlink_s[self._row_of[robot_id]])
+
     def deadline_of(self, robot_id: int) -> float:
         return float(self.deadline_s[self._row_of[robot_id]])
 

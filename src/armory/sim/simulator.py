@@ -2,10 +2,12 @@
 
 Robots tick at their rates and send observations over links with sampled
 delays; the server keeps the newest observation of each robot in a
-:class:`~armory.engine.queue_mirror.QueueMirror` (the same one the real-time
-engine uses) and, whenever its single GPU is free, asks the scheduler under test
-for the next batch. The batch runs for the latency the fleet's profile gives
-(with optional jitter); each chunk then travels back and lands on its robot.
+:class:`~armory.engine.queue_mirror.QueueMirror` and, whenever its single GPU is
+free, decides the next batch through the real-time server's own
+:class:`~armory.engine.decision_step.DecisionStep` (snapshot, scheduler, check,
+dispatch with the landing estimate of the learned profile). The batch runs for
+the latency the fleet's profile gives (with optional jitter); each chunk then
+travels back and lands on its robot.
 
 Deterministic per seed: one PCG64 generator draws every delay in event order,
 and ties in the event heap are broken by insertion order.
@@ -14,22 +16,17 @@ and ties in the event heap are broken by insertion order.
 from __future__ import annotations
 
 import heapq
-import time
 from collections import Counter
 from dataclasses import dataclass
 from enum import IntEnum
 
 import numpy as np
 
+from armory.engine.decision_step import DecisionStep
 from armory.engine.queue_mirror import QueueMirror, QueueReport, RobotLimits
-from armory.engine.session import (
-    BATCH_SIZE_SMOOTHING,
-    directed_lead_s,
-    directed_send_index,
-)
+from armory.engine.session import directed_lead_s, directed_send_index
 from armory.fleet_spec import DelaySpec, FleetSpec
 from armory.scheduling.base import Scheduler
-from armory.scheduling.snapshot import check_batch
 from armory.sim.metrics import SimReport, build_report, startup_s
 from armory.sim.robot import SimRobot
 
@@ -72,8 +69,17 @@ class Simulator:
             end_s = phase_s + startup_s(fleet, spec)
             self.robots.append(SimRobot(spec, phase_s=phase_s, startup_end_s=end_s))
         self._true_profile = fleet.profile()
-        self.server_profile = fleet.profile()
-        self.mirror = QueueMirror(capacity=len(specs))
+        self.step = DecisionStep(
+            QueueMirror(capacity=len(specs)),
+            scheduler,
+            fleet.profile(),
+            max_batch_size=fleet.max_batch_size,
+            check_invariants=config.check_invariants,
+            isolate_faults=False,  # a scheduler that fails here is a bug to see
+        )
+        """The server's decision, as the real-time batch loop takes it."""
+        self.mirror = self.step.mirror
+        self.server_profile = self.step.profile
         self._limits = [
             RobotLimits(
                 control_hz=spec.control_hz,
@@ -88,7 +94,6 @@ class Simulator:
         ]
         for i, limits in enumerate(self._limits):
             self.mirror.add(i, limits, now_s=0.0)
-        self._recent_batch_size = 1.0
         self._held_obs_time_s = [0.0] * len(specs)
         self._heap: list[tuple[float, int, int, object]] = []
         self._seq = 0
@@ -96,12 +101,24 @@ class Simulator:
         self._wake_pending_s: float | None = None
         self.batch_sizes: list[int] = []
         self.gpu_busy_s = 0.0
-        self.decision_s = 0.0
-        self.decision_cpu_s = 0.0
+
+    @property
+    def num_decisions(self) -> int:
+        return self.step.counters.num_decisions
+
+    @property
+    def decision_s(self) -> float:
+        return self.step.counters.decision_s
+
+    @property
+    def decision_cpu_s(self) -> float:
         """Processor time of the decisions: unlike wall time, not inflated by other
         processes on a shared machine."""
-        self.num_decisions = 0
-        self.decisions_by_rule: Counter[str] = Counter()
+        return self.step.counters.decision_cpu_s
+
+    @property
+    def decisions_by_rule(self) -> Counter[str]:
+        return self.step.counters.decisions_by_rule
 
     # ---- event plumbing ------------------------------------------------
 
@@ -184,19 +201,10 @@ class Simulator:
     def _try_schedule(self, now_s: float) -> None:
         if self._gpu_busy:
             return
-        max_batch = self.fleet.max_batch_size
-        snapshot = self.mirror.snapshot(now_s, self.server_profile.table(max_batch), max_batch)
-        if not snapshot.eligible.any():
+        decision = self.step.decide(now_s)
+        if decision is None:
             return
-        started, started_cpu = time.perf_counter(), time.process_time()
-        batch = self.scheduler.schedule(snapshot)
-        decision_s = time.perf_counter() - started
-        self.decision_cpu_s += time.process_time() - started_cpu
-        self.decision_s += decision_s
-        self.num_decisions += 1
-        self.decisions_by_rule[batch.rule or self.scheduler.name] += 1
-        if self.config.check_invariants:
-            check_batch(snapshot, batch)
+        batch = decision.batch
         if not batch.robot_ids:
             wake = batch.wait_until_s
             if wake is not None and wake > now_s and self._wake_pending_s != wake:
@@ -208,14 +216,12 @@ class Simulator:
         latency_s = self._true_profile.latency_s(size)
         if jitter:
             latency_s *= 1.0 + jitter * (2.0 * self._rng.random() - 1.0)
-        planned_s = self.server_profile.latency_s(size)
         # The forward pass starts once the decision is made (when charged).
-        start_s = now_s + (decision_s if self.config.charge_decision_time else 0.0)
-        chunks = []
-        for i in batch.robot_ids:
-            land_est_s = start_s + planned_s + self.robots[i].spec.downlink.median_s
-            start = self.mirror.dispatch(i, land_est_s)
-            chunks.append((i, start, self._held_obs_time_s[i]))
+        start_s = now_s + (decision.decision_s if self.config.charge_decision_time else 0.0)
+        chunks = [
+            (d.robot_id, d.chunk_start, self._held_obs_time_s[d.robot_id])
+            for d in self.step.dispatch(batch, start_s)
+        ]
         self._gpu_busy = True
         self.batch_sizes.append(size)
         self.gpu_busy_s += max(0.0, min(latency_s, self.config.duration_s - start_s))
@@ -224,11 +230,7 @@ class Simulator:
     def _on_batch_done(self, t_s: float, payload: tuple) -> None:
         batch, latency_s, chunks = payload
         self._gpu_busy = False
-        self.server_profile.observe(len(batch.robot_ids), latency_s)
-        self.scheduler.on_batch_done(batch, latency_s)
-        self._recent_batch_size += BATCH_SIZE_SMOOTHING * (
-            len(batch.robot_ids) - self._recent_batch_size
-        )
+        self.step.batch_done(batch, latency_s)
         waits_dry = self._waits_dry(t_s)
         for i, start, obs_time_s in chunks:
             robot = self.robots[i]
@@ -245,15 +247,13 @@ class Simulator:
         """Directed robots the scheduler will keep waiting dry (none in other modes)."""
         if self.fleet.request_mode != "directed":
             return set()
-        max_batch = self.fleet.max_batch_size
-        snapshot = self.mirror.snapshot(now_s, self.server_profile.table(max_batch), max_batch)
-        return set(snapshot.robot_id[self.scheduler.waits_dry(snapshot)].tolist())
+        return self.step.waits_dry(now_s)
 
     def _directed_lead_s(self, i: int) -> float:
         return directed_lead_s(
             self._limits[i],
             self.server_profile,
-            self._recent_batch_size,
+            self.step.recent_batch_size,
             self.fleet.max_batch_size,
             self.fleet.threshold_margin_s,
         )

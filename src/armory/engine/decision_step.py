@@ -1,0 +1,181 @@
+"""One scheduling decision: snapshot, choose, check, dispatch with its landing estimate.
+
+The real-time batch loop (:mod:`armory.engine.batch_loop`) and the virtual-time
+simulator (:mod:`armory.sim.simulator`) both decide through a :class:`DecisionStep`,
+so a simulated result is a claim about the serving code, dispatch included. The
+callers own only what differs between them: where time comes from, how a batch
+reaches the GPU, and how chunks travel back.
+
+A step takes the mirror's snapshot at ``now_s`` with the learned latency table,
+asks the scheduler, checks the batch's invariants and counts the decision by the
+rule that made it. :meth:`DecisionStep.dispatch` then tells the mirror when each
+robot's chunk should land (start + learned latency + that robot's downlink), and
+:meth:`DecisionStep.batch_done` feeds the measured time back to the profile and
+the scheduler.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from armory.engine.fault_isolation import decide_isolating
+from armory.engine.latency_profile import LatencyProfile
+from armory.engine.queue_mirror import QueueMirror
+from armory.engine.session import BATCH_SIZE_SMOOTHING
+from armory.scheduling.base import Scheduler
+from armory.scheduling.snapshot import Batch, Snapshot, check_batch
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What one call to the scheduler decided."""
+
+    batch: Batch
+    """Robots to run now (empty: wait, until ``batch.wait_until_s`` when set)."""
+    decision_s: float
+    """Wall-clock seconds of the snapshot, the scheduler and the check."""
+    decision_cpu_s: float
+    """Processor seconds of the same (not inflated by other processes)."""
+    refused: tuple[int, ...] = ()
+    """Robots removed from the mirror because the scheduler failed on their state (their
+    requests are to be refused); only when faults are isolated."""
+
+
+@dataclass(frozen=True)
+class Dispatched:
+    """One robot's part of a dispatched batch."""
+
+    robot_id: int
+    chunk_start: int
+    """Action index the robot's chunk starts at."""
+    land_s: float
+    """When the mirror expects the chunk on the robot."""
+
+
+@dataclass
+class DecisionCounters:
+    """Counters of the decisions and batches since the step was made."""
+
+    num_decisions: int = 0
+    """Calls to ``scheduler.schedule`` (empty batches included)."""
+    decision_s: float = 0.0
+    decision_cpu_s: float = 0.0
+    num_scheduler_faults: int = 0
+    """Decisions on which the scheduler raised (taken without the robot that caused it,
+    or by the safe rule)."""
+    decisions_by_rule: Counter[str] = field(default_factory=Counter)
+    """Decisions by the rule that made them (``Batch.rule``; waits included)."""
+
+
+class DecisionStep:
+    """The mirror, the scheduler and the learned profile, and the one way to decide."""
+
+    def __init__(
+        self,
+        mirror: QueueMirror,
+        scheduler: Scheduler,
+        profile: LatencyProfile,
+        *,
+        max_batch_size: int,
+        check_invariants: bool = True,
+        isolate_faults: bool = True,
+    ) -> None:
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        self.mirror = mirror
+        self.scheduler = scheduler
+        self.profile = profile
+        """The server's learned forward-pass latency (planned, not true, times)."""
+        self.max_batch_size = max_batch_size
+        self.check_invariants = check_invariants
+        self.isolate_faults = isolate_faults
+        """A scheduler that raises is asked again without the robot whose state made it
+        fail (:mod:`armory.engine.fault_isolation`); off, the error propagates."""
+        self.counters = DecisionCounters()
+        self.recent_batch_size = 1.0
+        """Moving average of batch sizes (tells directed robots when to ask again)."""
+
+    def snapshot(self, now_s: float) -> Snapshot:
+        max_batch = self.max_batch_size
+        return self.mirror.snapshot(now_s, self.profile.table(max_batch), max_batch)
+
+    def decide(self, now_s: float) -> Decision | None:
+        """The scheduler's batch at ``now_s``; None when no robot is eligible."""
+        started, started_cpu = time.perf_counter(), time.process_time()
+        snapshot = self.snapshot(now_s)
+        if not snapshot.eligible.any():
+            return None
+        refused: tuple[int, ...] = ()
+        if self.isolate_faults:
+            batch, refused = self._schedule_isolating(snapshot)
+        else:
+            batch = self._schedule_checked(snapshot)
+        decision = Decision(
+            batch=batch,
+            decision_s=time.perf_counter() - started,
+            decision_cpu_s=time.process_time() - started_cpu,
+            refused=refused,
+        )
+        c = self.counters
+        c.num_decisions += 1
+        c.decision_s += decision.decision_s
+        c.decision_cpu_s += decision.decision_cpu_s
+        c.decisions_by_rule[batch.rule or self.scheduler.name] += 1
+        return decision
+
+    def dispatch(self, batch: Batch, start_s: float) -> list[Dispatched]:
+        """``batch`` starts its forward pass at ``start_s``: each robot's chunk is expected
+        after the learned latency plus its downlink; the mirror plays it into its queue."""
+        latency_s = self.planned_latency_s(len(batch.robot_ids))
+        mirror = self.mirror
+        dispatched = []
+        for robot_id in batch.robot_ids:
+            land_s = start_s + latency_s + mirror.downlink_s_of(robot_id)
+            dispatched.append(Dispatched(robot_id, mirror.dispatch(robot_id, land_s), land_s))
+        return dispatched
+
+    def planned_latency_s(self, batch_size: int) -> float:
+        return self.profile.latency_s(batch_size)
+
+    def batch_done(self, batch: Batch, policy_s: float, *, learn: bool = True) -> None:
+        """A batch's forward pass took ``policy_s``: the profile learns it (``learn``: the
+        pass succeeded), the scheduler hears of it, the recent batch size moves."""
+        size = len(batch.robot_ids)
+        if learn:
+            self.profile.observe(size, policy_s)
+        self.scheduler.on_batch_done(batch, policy_s)
+        self.recent_batch_size += BATCH_SIZE_SMOOTHING * (size - self.recent_batch_size)
+
+    def waits_dry(self, now_s: float) -> set[int]:
+        """Directed robots the scheduler will keep waiting with an empty queue
+        (``Scheduler.waits_dry``): their next observation is best taken once dry."""
+        snapshot = self.snapshot(now_s)
+        return set(snapshot.robot_id[self.scheduler.waits_dry(snapshot)].tolist())
+
+    def _schedule_checked(self, snapshot: Snapshot) -> Batch:
+        batch = self.scheduler.schedule(snapshot)
+        if self.check_invariants:
+            check_batch(snapshot, batch)
+        return batch
+
+    def _schedule_isolating(self, snapshot: Snapshot) -> tuple[Batch, tuple[int, ...]]:
+        """The scheduler's batch; when it raises, the batch taken without the robot whose
+        state made it fail (that robot leaves the mirror), or the safe rule's."""
+        try:
+            return self._schedule_checked(snapshot), ()
+        except Exception:
+            logger.exception("scheduling failed; looking for the robot whose state caused it")
+        isolated = decide_isolating(self._schedule_checked, snapshot)
+        self.counters.num_scheduler_faults += 1
+        for robot_id in isolated.culprits:
+            logger.warning("robot %d refused: the scheduler fails on its queue state", robot_id)
+            if robot_id in self.mirror:
+                self.mirror.remove(robot_id)
+        if self.check_invariants:
+            check_batch(snapshot, isolated.batch)
+        return isolated.batch, isolated.culprits
