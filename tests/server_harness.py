@@ -24,6 +24,7 @@ from armory_client.runtime_stats import RuntimeSummary
 
 from armory.engine.config import ServerConfig
 from armory.engine.latency_profile import LinearProfileConfig
+from armory.engine.server_engine import Reply
 from armory.policies.base import Policy, PolicyMetadata
 from armory.policies.mock import MockPolicy, MockPolicyConfig, mock_actions
 from armory.scheduling.base import Scheduler
@@ -59,6 +60,24 @@ def make_mock(**overrides: Any) -> MockPolicy:
     options: dict[str, Any] = {"latency_profile": "linear", "linear": FAST_LINEAR}
     options.update(overrides)
     return MockPolicy(MockPolicyConfig(**options))
+
+
+def make_reply(actions: np.ndarray, **fields: Any) -> Reply:
+    """The engine's reply carrying ``actions``: a plain client's, batch of 1, no timings
+    (``fields`` override)."""
+    values: dict[str, Any] = {
+        "chunk_start": 0,
+        "next_request_index": None,
+        "is_armory": False,
+        "batch_size": 1,
+        "received_s": 0.0,
+        "wait_s": 0.0,
+        "forward_s": 0.0,
+        "policy_s": 0.0,
+        "prev_total_s": None,
+    }
+    values.update(fields)
+    return Reply(actions=actions, **values)
 
 
 def make_obs(

@@ -8,6 +8,7 @@ from http import HTTPStatus
 import msgpack
 import numpy as np
 import pytest
+import server_harness
 from armory_client import ARMORY_KEY, packb, unpackb
 
 from armory.engine.config import ServerConfig
@@ -22,13 +23,12 @@ CONFIG = MockPolicyConfig()
 
 
 def make_reply(*, is_armory: bool, prev_total_s: float | None = None) -> Reply:
-    return Reply(
-        actions=np.arange(70, dtype=np.float32).reshape(10, 7),
+    return server_harness.make_reply(
+        np.arange(70, dtype=np.float32).reshape(10, 7),
         chunk_start=40,
         next_request_index=47 if is_armory else None,
         is_armory=is_armory,
         batch_size=3,
-        received_s=0.0,
         wait_s=0.002,
         forward_s=0.030,
         policy_s=0.029,

@@ -15,51 +15,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import hmac
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import zmq
 import zmq.asyncio
 
-from armory.engine.errors import ObservationError, RequestError, SessionClosed
-from armory.engine.server_engine import Reply, ServerEngine
-from armory.engine.session import Session
+from armory.engine.errors import ObservationError
+from armory.engine.server_engine import ServerEngine
 from armory.transports.base import Transport
-from armory.transports.groot_adapter import GrootAdapter, StreamNames
 from armory.transports.groot_config import GrootDoorConfig
-from armory.transports.groot_protocol import (
-    ENDPOINTS,
-    UNAUTHORIZED,
-    Encoding,
-    GrootProtocolError,
-    GrootRequest,
-    decode_request,
-    encode_reply,
-    error_reply,
-    get_action_parts,
-)
+from armory.transports.groot_core import BUSY, ActionCall, GrootDoorCore
+from armory.transports.groot_protocol import decode_request, error_reply
 from armory.transports.listen import ListenError, bind_failure
 from armory.transports.off_loop import RECEIVE_HEADROOM, decode_off_loop
 
 logger = logging.getLogger(__name__)
-
-_BUSY = (
-    "more requests are in progress than robots may connect (--server.max-connections); "
-    "send one request at a time"
-)
-
-
-@dataclass
-class _Robot:
-    session: Session
-    last_seen_s: float
-    encoding: Encoding | None = None
-    """The encoding of its last get_action (None before its first)."""
-    streams: StreamNames | None = None
-    """The streams of its last get_action, as get_modality_config lists them."""
 
 
 class GrootZmqTransport(Transport):
@@ -81,15 +53,15 @@ class GrootZmqTransport(Transport):
         self.config = config
         self.host = host
         self.on_kill = on_kill
-        self._api_token = config.api_token or api_key or None
-        meta = engine.metadata
-        self.adapter = GrootAdapter(config.layout, meta.inputs, meta.action_horizon)
+        self.core = GrootDoorCore(
+            engine,
+            config,
+            can_stop_server=on_kill is not None,
+            api_token=config.api_token or api_key or None,
+        )
         self._context = zmq.asyncio.Context()
         self._socket: zmq.asyncio.Socket | None = None
         self._port: int | None = None
-        self._robots: dict[bytes, _Robot] = {}
-        self._last_encoding: Encoding = "n1.6"
-        """The encoding of the door's last get_action, from any robot (see _encoding)."""
         self._tasks: set[asyncio.Task[Any]] = set()
         self._loop_task: asyncio.Task[None] | None = None
 
@@ -101,7 +73,7 @@ class GrootZmqTransport(Transport):
 
     @property
     def requires_credentials(self) -> bool:
-        return self._api_token is not None
+        return self.core.api_token is not None
 
     def describe(self) -> str:
         return f"GR00T ZeroMQ on tcp://{self.host}:{self.port}"
@@ -143,9 +115,7 @@ class GrootZmqTransport(Transport):
         for task in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        for robot in self._robots.values():
-            self.engine.close_session(robot.session)
-        self._robots.clear()
+        self.core.close()
         if self._socket is not None:
             self._socket.close(linger=0)
         self._context.term()
@@ -160,7 +130,7 @@ class GrootZmqTransport(Transport):
                 async with asyncio.timeout(sweep_every_s):
                     parts = await self._socket.recv_multipart(copy=True)
             except TimeoutError:
-                self._close_idle()
+                self.core.robots.sweep(self.engine.clock())
                 continue
             # A REQ peer sends [identity, b"", frame].
             if len(parts) != 3 or parts[1] != b"":
@@ -170,38 +140,17 @@ class GrootZmqTransport(Transport):
             received_s = self.engine.clock()
             if len(self._tasks) >= self.engine.config.max_connections:
                 # One request per REQ socket: this many at once is a flood (a DEALER).
-                await self._send(identity, error_reply(_BUSY))
+                await self._send(identity, error_reply(BUSY))
                 continue
             task = asyncio.ensure_future(self._serve(identity, frame, received_s))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-            self._close_idle()
+            self.core.robots.sweep(self.engine.clock())
 
     async def _send(self, identity: bytes, reply: bytes) -> None:
         if self._socket is not None:
             with contextlib.suppress(zmq.ZMQError):
                 await self._socket.send_multipart([identity, b"", reply])
-
-    def _close_idle(self) -> None:
-        now_s = self.engine.clock()
-        for identity, robot in list(self._robots.items()):
-            if now_s - robot.last_seen_s > self.config.session_timeout_s:
-                self.engine.close_session(robot.session)
-                del self._robots[identity]
-
-    def _robot(self, identity: bytes, now_s: float) -> _Robot:
-        robot = self._robots.get(identity)
-        if robot is None or robot.session.closed:
-            limit = self.engine.config.max_connections
-            if len(self._robots) >= limit:
-                raise GrootProtocolError(
-                    f"{len(self._robots)} robots are connected, the most this door serves "
-                    "(--server.max-connections); try again later"
-                )
-            session = self.engine.open_session(peer=f"zmq:{identity.hex()}")
-            robot = self._robots[identity] = _Robot(session=session, last_seen_s=now_s)
-        robot.last_seen_s = now_s
-        return robot
 
     # ---- one request ---------------------------------------------------
 
@@ -211,94 +160,24 @@ class GrootZmqTransport(Transport):
             request = await decode_off_loop(
                 functools.partial(decode_request, max_message_bytes=limit), frame
             )
-            self._check_token(request)
-            reply = await self._dispatch(identity, request, received_s)
-        except GrootProtocolError as exc:
-            self.engine.count_error()
-            logger.info("GR00T request refused: %s", exc)
-            reply = error_reply(str(exc))
-        except RequestError as exc:
-            self.engine.count_error()
-            logger.info("GR00T request refused: %s", exc)
-            reply = error_reply(str(exc))
-        except SessionClosed:
-            reply = error_reply("the session was closed; send the request again")
-        except Exception:
-            logger.exception("GR00T request failed")
-            reply = error_reply("internal server error; the server log has the details")
+            step = self.core.receive(identity, request, received_s)
+            if isinstance(step, ActionCall):
+                reply = await self._get_action(identity, step, received_s)
+            else:
+                reply = step.frame
+                if step.kill:
+                    assert self.on_kill is not None
+                    asyncio.get_running_loop().call_later(0.05, self.on_kill)
+        except Exception as exc:
+            reply = self.core.refusal(exc)
         await self._send(identity, reply)
 
-    def _check_token(self, request: GrootRequest) -> None:
-        expected = self._api_token
-        if expected is None:
-            return
-        given = (request.api_token or "").encode()
-        if not hmac.compare_digest(given, expected.encode()):
-            raise GrootProtocolError(UNAUTHORIZED)
-
-    async def _dispatch(self, identity: bytes, request: GrootRequest, received_s: float) -> bytes:
-        endpoint = request.endpoint
-        if endpoint == "ping":
-            return encode_reply({"status": "ok", "message": "Server is running"})
-        if endpoint == "kill":
-            if not self.config.allow_kill or self.on_kill is None:
-                raise GrootProtocolError(
-                    "kill is disabled on this server (the operator enables it with "
-                    "--groot.allow-kill)"
+    async def _get_action(self, identity: bytes, call: ActionCall, received_s: float) -> bytes:
+        with self.core.robots.calling(identity, self.engine.clock):
+            try:
+                reply = await self.engine.infer(
+                    call.session, call.observation, received_s=received_s
                 )
-            asyncio.get_running_loop().call_later(0.05, self.on_kill)
-            return encode_reply({"status": "ok", "message": "Server is shutting down"})
-        robot = self._robot(identity, received_s)
-        if endpoint == "get_modality_config":
-            configs = self.adapter.modality_configs(self._encoding(robot), robot.streams)
-            return encode_reply(configs)
-        if endpoint == "reset":
-            # A new episode: the robot's queue starts empty.
-            self.engine.close_session(robot.session)
-            del self._robots[identity]
-            return encode_reply({"status": "ok", "message": "reset"})
-        if endpoint == "get_action":
-            return await self._get_action(robot, request.data, received_s)
-        raise GrootProtocolError(f"Unknown endpoint: {endpoint!r}; valid: {', '.join(ENDPOINTS)}")
-
-    def _encoding(self, robot: _Robot) -> Encoding:
-        """How to answer a robot's get_modality_config: the configured encoding; under auto,
-        that of the robot's last get_action, else of the door's last one (both clients ask
-        for the config with the same bytes, so a robot not yet heard from is assumed to be
-        like the others), else N1.6."""
-        configured = self.config.encoding
-        if configured != "auto":
-            return configured  # type: ignore[return-value]
-        return robot.encoding or self._last_encoding
-
-    async def _get_action(self, robot: _Robot, data: Any, received_s: float) -> bytes:
-        obs, encoding = get_action_parts(data, self.config.encoding)
-        robot.encoding = self._last_encoding = encoding
-        mapped = self.adapter.observation(obs, encoding)
-        robot.streams = mapped.streams
-        try:
-            reply = await self.engine.infer(
-                robot.session, mapped.observation, received_s=received_s
-            )
-        except ObservationError as exc:
-            raise ObservationError(mapped.in_robot_terms(str(exc))) from None
-        actions = self.adapter.actions(reply.actions, encoding)
-        if encoding == "n1.5":
-            frame = encode_reply(actions)
-        else:
-            frame = encode_reply([actions, _info(reply, self.engine.metadata.name)])
-        self.engine.reply_sent(robot.session, reply, self.engine.clock())
-        return frame
-
-
-def _info(reply: Reply, policy: str) -> dict[str, Any]:
-    """The info map of an N1.6 reply: where the chunk came from and how long it took."""
-    info: dict[str, Any] = {
-        "policy": policy,
-        "batch_size": reply.batch_size,
-        "queue_ms": 1e3 * reply.wait_s,
-        "infer_ms": 1e3 * reply.forward_s,
-    }
-    if reply.noise_sha256 is not None:
-        info["noise_sha256"] = reply.noise_sha256
-    return info
+            except ObservationError as exc:
+                raise call.in_robot_terms(exc) from None
+        return self.core.action_reply(call, reply, self.engine.clock())

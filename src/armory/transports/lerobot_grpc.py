@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,6 +68,7 @@ from armory.transports.lerobot_protocol import (
     resolve_mapping,
 )
 from armory.transports.listen import ListenError, check_free
+from armory.transports.sessions import SessionRegistry, TooManyRobots
 from armory.transports.tls import pem_key_pair
 
 try:
@@ -164,16 +165,12 @@ class LeRobotDoorConfig:
         """Whether a port is set (the door is served)."""
         return self.port is not None
 
-    def door(
-        self, host: str, *, api_key: str | None = None
-    ) -> Callable[[ServerEngine], Transport]:
+    def door(self, host: str, *, api_key: str | None = None) -> Callable[[ServerEngine], Transport]:
         """The factory ``ArmoryServer(doors=[...])`` takes; raises if the door is closed.
         ``api_key``: the server's key, required of calls from outside ``allowed_networks``."""
         if self.port is None:
             raise ValueError("the LeRobot door is closed: set --lerobot.port (LeRobot uses 8080)")
-        return lambda engine: LeRobotGrpcTransport(
-            engine, host=host, config=self, api_key=api_key
-        )
+        return lambda engine: LeRobotGrpcTransport(engine, host=host, config=self, api_key=api_key)
 
 
 @dataclass(frozen=True)
@@ -205,7 +202,7 @@ class _Outgoing:
 class _Robot:
     """Runtime state of one LeRobot robot (one gRPC peer)."""
 
-    def __init__(self, peer: str, session: Session, estimator: QueueEstimator, now_s: float):
+    def __init__(self, peer: str, session: Session, estimator: QueueEstimator):
         self.peer = peer
         self.name = f"lerobot:{peer}"
         self.session = session
@@ -222,8 +219,6 @@ class _Robot:
         self.last_index = 0
         """Engine action index of the last report handed to the engine."""
         self.closed = False
-        self.active_calls = 0
-        self.last_seen_s = now_s
         # Counters
         self.num_replaced = 0
         """Observations replaced by a newer one before any batch took them."""
@@ -271,7 +266,13 @@ class LeRobotGrpcTransport(Transport):
         self._tls = self.config.tls and engine.config.tls
         self._server: grpc.aio.Server | None = None
         self._port: int | None = None
-        self._robots: dict[str, _Robot] = {}
+        self.robots: SessionRegistry[str, _Robot] = SessionRegistry(
+            engine,
+            make=self._new_robot,
+            on_close=self._closed,
+            max_robots=engine.config.max_connections,
+            idle_timeout_s=self.config.session_timeout_s,
+        )
         self._sweeper: asyncio.Task[None] | None = None
 
     @property
@@ -332,9 +333,8 @@ class LeRobotGrpcTransport(Transport):
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
-        robots = list(self._robots.values())
-        for robot in robots:
-            self._close(robot, "the server stops")
+        robots = self.robots.robots()
+        self.robots.close_all("the server stops")
         await self._server.stop(_STOP_GRACE_S)
         for robot in robots:
             if robot.task is not None:
@@ -383,24 +383,17 @@ class LeRobotGrpcTransport(Transport):
         async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
             if not self.access.allows(context.invocation_metadata(), context.peer()):
                 await self._abort(context, grpc.StatusCode.UNAUTHENTICATED, self.access.refusal())
-            limit = self.engine.config.max_connections
-            if context.peer() not in self._robots and len(self._robots) >= limit:
-                await self._abort(
-                    context,
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    f"{len(self._robots)} robots are connected, the most this door serves "
-                    "(--server.max-connections); try again later",
-                )
+            try:
+                self.robots.check_room(context.peer())
+            except TooManyRobots as exc:
+                await self._abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
             return await behavior(request, context)
 
         return call
 
     async def _ready(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         """A robot says hello: it starts afresh (a session it had is closed)."""
-        peer = context.peer()
-        old = self._robots.get(peer)
-        if old is not None:
-            self._close(old, "it called Ready again")
+        self.robots.close(context.peer(), "it called Ready again")
         robot = self._robot(context)
         logger.info("LeRobot robot %s is ready", robot.peer)
         return pb.Empty()
@@ -409,7 +402,7 @@ class LeRobotGrpcTransport(Transport):
         """The robot's ``RemotePolicyConfig``: checked, never loaded (one policy is served)."""
         await self._refuse_pickle_unless_allowed(context)
         robot = self._robot(context)
-        with self._calling(robot):
+        with self.robots.calling(robot.peer, self.engine.clock):
             try:
                 instructions = decode_instructions(request.data)
             except ValueError as exc:
@@ -441,7 +434,7 @@ class LeRobotGrpcTransport(Transport):
         """One observation, streamed in chunks: checked now, served in the background."""
         await self._refuse_pickle_unless_allowed(context)
         robot = self._robot(context)
-        with self._calling(robot):
+        with self.robots.calling(robot.peer, self.engine.clock):
             payload = await self._read_payload(requests, context)
             received_s = self.engine.clock()
             if robot.mapping is None:
@@ -471,7 +464,7 @@ class LeRobotGrpcTransport(Transport):
     async def _get_actions(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         """The robot's next chunk; empty after ``actions_wait_s`` without one."""
         robot = self._robot(context)
-        with self._calling(robot):
+        with self.robots.calling(robot.peer, self.engine.clock):
             try:
                 item = await asyncio.wait_for(robot.outbox.get(), self.config.actions_wait_s)
             except TimeoutError:
@@ -562,37 +555,18 @@ class LeRobotGrpcTransport(Transport):
     def _robot(self, context: grpc.aio.ServicerContext) -> _Robot:
         """The robot behind this call's peer; a new one for a peer not seen (or closed)."""
         peer = context.peer()
-        robot = self._robots.get(peer)
-        if robot is None or robot.closed:
-            session = self.engine.open_session(
-                peer=peer, evict=lambda reason: self._evicted(peer, reason)
-            )
-            estimator = QueueEstimator(
-                default_control_hz=self.config.default_control_hz,
-                chunk_size_threshold=self.config.chunk_size_threshold,
-            )
-            robot = _Robot(peer, session, estimator, self.engine.clock())
-            self._robots[peer] = robot
-        robot.last_seen_s = self.engine.clock()
-        return robot
+        return self.robots.robot(peer, peer=peer, now_s=self.engine.clock())
 
-    @contextlib.contextmanager
-    def _calling(self, robot: _Robot) -> Iterator[None]:
-        """Marks the robot busy for the duration of a call (the idle sweep skips it)."""
-        robot.active_calls += 1
-        try:
-            yield
-        finally:
-            robot.active_calls -= 1
-            robot.last_seen_s = self.engine.clock()
+    def _new_robot(self, peer: str, session: Session) -> _Robot:
+        estimator = QueueEstimator(
+            default_control_hz=self.config.default_control_hz,
+            chunk_size_threshold=self.config.chunk_size_threshold,
+        )
+        return _Robot(peer, session, estimator)
 
-    def _close(self, robot: _Robot, reason: str) -> None:
-        if robot.closed:
-            return
+    def _closed(self, robot: _Robot, reason: str) -> None:
+        """A robot left (its session is closed): a ``GetActions`` waiting gets nothing."""
         robot.closed = True
-        if self._robots.get(robot.peer) is robot:
-            del self._robots[robot.peer]
-        self.engine.close_session(robot.session)
         robot.post(None)
         logger.info(
             "LeRobot robot %s left (%s): %d observations, %d replaced by newer ones, "
@@ -604,21 +578,12 @@ class LeRobotGrpcTransport(Transport):
             robot.num_unfetched,
         )
 
-    def _evicted(self, peer: str, reason: str) -> None:
-        robot = self._robots.get(peer)
-        if robot is not None:
-            self._close(robot, reason)
-
     async def _sweep(self) -> None:
         """Forget robots that made no call for ``session_timeout_s``."""
         period_s = min(1.0, self.config.session_timeout_s / 4)
         while True:
             await asyncio.sleep(period_s)
-            now_s = self.engine.clock()
-            for robot in list(self._robots.values()):
-                idle_s = now_s - robot.last_seen_s
-                if robot.active_calls == 0 and idle_s > self.config.session_timeout_s:
-                    self._close(robot, f"no call for {idle_s:.1f} s")
+            self.robots.sweep(self.engine.clock())
 
     # ---- helpers -----------------------------------------------------------
 

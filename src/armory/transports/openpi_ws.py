@@ -18,25 +18,31 @@ import contextlib
 import logging
 from typing import Any
 
-from armory_client.ordering import after
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from armory.engine.errors import RequestError, SessionClosed
-from armory.engine.server_engine import AcceptedRequest, ServerEngine
+from armory.engine.server_engine import ServerEngine
 from armory.engine.session import Session
 from armory.transports import http
 from armory.transports.base import Transport
 from armory.transports.listen import ListenError, bind_failure
 from armory.transports.off_loop import decode_off_loop
+from armory.transports.openpi_core import (
+    INTERNAL,
+    OpenpiConnection,
+    Outcome,
+    Outgoing,
+    Pending,
+    SendError,
+)
 from armory.transports.openpi_protocol import (
     ERROR_CLOSE_CODE,
     ERROR_CLOSE_REASON,
     REPLACED_CLOSE_CODE,
     decode_request,
     encode_metadata,
-    encode_reply,
     metadata_map,
 )
 from armory.transports.tls import server_ssl_context
@@ -136,100 +142,80 @@ class OpenpiWebSocketTransport(Transport):
         session = self.engine.open_session(
             peer=_peer(ws), evict=lambda reason: self._close_later(ws, reason)
         )
+        connection = OpenpiConnection(self.engine, session)
         watcher = asyncio.ensure_future(ws.wait_closed())
         watcher.add_done_callback(lambda _: self.engine.close_session(session))
+        send_lock = asyncio.Lock()
         answers: set[asyncio.Task[None]] = set()
         try:
             await ws.send(self._metadata_frame)
-            previous: asyncio.Task[None] | None = None
             while True:
                 frame = await ws.recv()
                 received_s = self.engine.clock()
-                accepted = await self._accept(
-                    session, frame, received_s, num_waiting=len(answers)
-                )
-                del frame
-                if accepted is None:
-                    break  # the session closed
-                if isinstance(accepted, RequestError):
-                    # The connection ends: requests still waiting are dropped, replies
-                    # already being sent go first, then the error, then close.
-                    self.engine.close_session(session)
-                    await after(previous)
-                    await self._refuse(ws, session, accepted)
+                try:
+                    connection.admit()
+                    observation = await decode_off_loop(decode_request, frame)
+                    del frame
+                    pending = connection.accept(observation, received_s)
+                except SessionClosed:
                     break
-                previous = asyncio.create_task(self._answer(ws, session, accepted, previous))
-                answers.add(previous)
-                previous.add_done_callback(answers.discard)
+                except RequestError as exc:
+                    await self._deliver(ws, session, send_lock, connection.refuse(exc))
+                    break
+                answer = asyncio.create_task(self._answer(ws, connection, send_lock, pending))
+                answers.add(answer)
+                answer.add_done_callback(answers.discard)
         except ConnectionClosed:
             pass
         except Exception:
             logger.exception("connection %s (%s) failed", session.robot_name, session.peer)
-            await self._send_error(ws, "internal server error; the server log has the details")
+            await self._send_error(ws, INTERNAL)
         finally:
             watcher.cancel()
             self.engine.close_session(session)
             if answers:
                 await asyncio.wait(answers)
 
-    async def _accept(
-        self, session: Session, frame: bytes | str, received_s: float, *, num_waiting: int
-    ) -> AcceptedRequest | RequestError | None:
-        """Decode a request and hand it to the engine at once (a robot may send the next
-        before this one is answered); its error to send, or None if the session closed."""
-        limit = self.engine.config.max_pipelined_requests
-        try:
-            if num_waiting >= limit:
-                raise RequestError(
-                    f"more than {limit} requests of this connection await replies "
-                    "(--server.max-pipelined-requests); wait for replies before sending more"
-                )
-            observation = await decode_off_loop(decode_request, frame)
-            return self.engine.accept(session, observation, received_s=received_s)
-        except SessionClosed:
-            return None
-        except RequestError as exc:
-            return exc
-
     async def _answer(
         self,
         ws: ServerConnection,
-        session: Session,
-        accepted: AcceptedRequest,
-        previous: asyncio.Task[None] | None,
+        connection: OpenpiConnection,
+        send_lock: asyncio.Lock,
+        pending: Pending,
     ) -> None:
-        """Wait for one request's reply and send it once the replies before it are sent
-        (replies keep the order of requests); an error is sent, then the connection closed."""
+        """Wait for one request's answer and send what the connection then releases
+        (replies keep the order of requests; an error goes out, then the close)."""
+        outcome: Outcome
         try:
-            try:
-                reply = await self.engine.answer(accepted)
-            finally:
-                await after(previous)
-        except SessionClosed:
-            return
-        except RequestError as exc:
-            await self._refuse(ws, session, exc)
-            return
-        except Exception:
-            logger.exception("a request of %s (%s) failed", session.robot_name, session.peer)
-            await self._send_error(ws, "internal server error; the server log has the details")
-            return
-        if session.closed:
-            return
-        encode_started_s = self.engine.clock()
-        frame = encode_reply(reply)
-        encode_s = self.engine.clock() - encode_started_s
-        try:
-            await ws.send(frame)
-        except ConnectionClosed:
-            return
-        self.engine.reply_sent(session, reply, self.engine.clock(), encode_s=encode_s)
+            outcome = await self.engine.answer(pending.request)
+        except Exception as exc:
+            outcome = exc
+        await self._deliver(
+            ws, connection.session, send_lock, connection.settle(pending.seq, outcome)
+        )
 
-    async def _refuse(self, ws: ServerConnection, session: Session, exc: RequestError) -> None:
-        """A request's error, counted, logged and sent to its robot alone."""
-        self.engine.count_error()
-        logger.info("request of %s (%s) refused: %s", session.robot_name, session.peer, exc)
-        await self._send_error(ws, str(exc))
+    async def _deliver(
+        self,
+        ws: ServerConnection,
+        session: Session,
+        send_lock: asyncio.Lock,
+        outgoing: list[Outgoing],
+    ) -> None:
+        """Send frames released by the connection's core, one delivery after another."""
+        if not outgoing:
+            return
+        async with send_lock:
+            for item in outgoing:
+                if isinstance(item, SendError):
+                    await self._send_error(ws, item.message)
+                    return
+                try:
+                    await ws.send(item.frame)
+                except ConnectionClosed:
+                    return
+                self.engine.reply_sent(
+                    session, item.reply, self.engine.clock(), encode_s=item.encode_s
+                )
 
     async def _send_error(self, ws: ServerConnection, message: str) -> None:
         """The error as a text frame, then close 1011 (openpi's convention)."""
