@@ -35,7 +35,8 @@ from armory.transports.groot_protocol import (
 )
 from armory.transports.sessions import SessionRegistry
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("armory.transports.groot_zmq")
+"""The door's logger: its lines keep the name they are filtered by."""
 
 BUSY = (
     "more requests are in progress than robots may connect (--server.max-connections); "

@@ -33,39 +33,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from armory_client import ARMORY_KEY, RobotState
-
-from armory.engine.errors import (
-    ObservationError,
-    QueueStateError,
-    RequestError,
-    ServerClosing,
-    SessionClosed,
-)
-from armory.engine.server_engine import Reply, ServerEngine
+from armory.engine.errors import RequestError, SessionClosed
+from armory.engine.server_engine import ServerEngine
 from armory.engine.session import Session
-from armory.policies.base import PolicyMetadata, conform_observation
+from armory.policies.base import PolicyMetadata
 from armory.transports.base import Transport
 from armory.transports.grpc_access import CallAccess, parse_networks
+from armory.transports.lerobot_core import CallRefused, LeRobotRobot, Outgoing
+from armory.transports.lerobot_core import mismatch as mismatch
 from armory.transports.lerobot_protocol import (
     DEFAULT_PORT,
     MAX_MESSAGE_BYTES,
     ObservationMapping,
     PayloadAssembler,
     PayloadTooLarge,
-    PolicyInstructions,
     QueueEstimator,
-    QueueReport,
-    ResolvedMapping,
     decode_instructions,
     decode_observation,
-    encode_actions,
-    map_observation,
-    resolve_mapping,
 )
 from armory.transports.listen import ListenError, check_free
 from armory.transports.sessions import SessionRegistry, TooManyRobots
@@ -173,65 +161,18 @@ class LeRobotDoorConfig:
         return lambda engine: LeRobotGrpcTransport(engine, host=host, config=self, api_key=api_key)
 
 
-@dataclass(frozen=True)
-class _Pending:
-    """An observation waiting to go to the engine."""
+class _Robot(LeRobotRobot):
+    """A LeRobot robot with what its calls wait on: the task serving its observations
+    and the signal of its outbox."""
 
-    inputs: dict[str, Any]
-    """The policy's inputs, validated."""
-    report: QueueReport
-    timestamp_s: float
-    """The robot's clock when it took the observation."""
-    received_s: float
-    """Server clock when it arrived."""
-
-
-@dataclass(frozen=True)
-class _Outgoing:
-    """What the robot's next ``GetActions`` returns: a chunk, or an error status."""
-
-    payload: bytes = b""
-    reply: Reply | None = None
-    chunk_start: int = 0
-    first_timestep: int = 0
-    num_actions: int = 0
-    error: tuple[Any, str] | None = None
-    """(grpc.StatusCode, message)."""
-
-
-class _Robot:
-    """Runtime state of one LeRobot robot (one gRPC peer)."""
-
-    def __init__(self, peer: str, session: Session, estimator: QueueEstimator):
-        self.peer = peer
-        self.name = f"lerobot:{peer}"
-        self.session = session
-        self.estimator = estimator
-        self.instructions: PolicyInstructions | None = None
-        self.mapping: ResolvedMapping | None = None
-        self.actions_per_chunk = 1
-        """Actions of each chunk sent to the robot: its ``actions_per_chunk``, at most the
-        policy's horizon."""
-        self.held: _Pending | None = None
-        """The newest observation not yet given to the engine."""
+    def __init__(
+        self, peer: str, session: Session, estimator: QueueEstimator, metadata: PolicyMetadata
+    ) -> None:
+        self.posted = asyncio.Event()
+        """Set whenever the outbox changes."""
+        super().__init__(peer, session, estimator, metadata, on_post=self.posted.set)
         self.task: asyncio.Task[None] | None = None
-        self.outbox: asyncio.Queue[_Outgoing | None] = asyncio.Queue(maxsize=1)
-        self.last_index = 0
-        """Engine action index of the last report handed to the engine."""
-        self.closed = False
-        # Counters
-        self.num_replaced = 0
-        """Observations replaced by a newer one before any batch took them."""
-        self.num_unfetched = 0
-        """Chunks replaced by a newer chunk before the robot fetched them."""
-
-    def post(self, item: _Outgoing | None) -> None:
-        """Put ``item`` for the next ``GetActions``, replacing one not yet fetched."""
-        with contextlib.suppress(asyncio.QueueEmpty):
-            old = self.outbox.get_nowait()
-            if old is not None and old.error is None:
-                self.num_unfetched += 1
-        self.outbox.put_nowait(item)
+        """Gives the robot's held observations to the engine, while any is held."""
 
 
 class LeRobotGrpcTransport(Transport):
@@ -269,7 +210,7 @@ class LeRobotGrpcTransport(Transport):
         self.robots: SessionRegistry[str, _Robot] = SessionRegistry(
             engine,
             make=self._new_robot,
-            on_close=self._closed,
+            on_close=_Robot.close,
             max_robots=engine.config.max_connections,
             idle_timeout_s=self.config.session_timeout_s,
         )
@@ -411,21 +352,14 @@ class LeRobotGrpcTransport(Transport):
                     grpc.StatusCode.INVALID_ARGUMENT,
                     f"refused the policy instructions: {exc}",
                 )
-            meta = self.engine.metadata
             try:
-                mapping = resolve_mapping(self.config.mapping, instructions.features, meta.inputs)
-            except ValueError as exc:
-                await self._abort(
-                    context,
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    f"the robot's observations do not fit the served policy {meta.name!r}: {exc}",
+                robot.instruct(
+                    instructions,
+                    self.config.mapping,
+                    allow_mismatched_policy=self.config.allow_mismatched_policy,
                 )
-            refusal = None if self.config.allow_mismatched_policy else mismatch(instructions, meta)
-            if refusal is not None:
-                await self._abort(context, grpc.StatusCode.INVALID_ARGUMENT, refusal)
-            robot.instructions, robot.mapping = instructions, mapping
-            robot.actions_per_chunk = min(instructions.actions_per_chunk, meta.action_horizon)
-            _check_instructions(robot, instructions, meta.name, meta.action_horizon)
+            except CallRefused as exc:
+                await self._refuse(context, exc)
             return pb.Empty()
 
     async def _observations(
@@ -437,26 +371,20 @@ class LeRobotGrpcTransport(Transport):
         with self.robots.calling(robot.peer, self.engine.clock):
             payload = await self._read_payload(requests, context)
             received_s = self.engine.clock()
-            if robot.mapping is None:
-                await self._abort(
-                    context,
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    "no policy instructions from this robot yet: call SendPolicyInstructions "
-                    "after Ready, on the same channel",
-                )
             try:
+                robot.check_instructed()
                 # Off the event loop: the unpickler's scan and build are bounded, not free.
                 obs = await asyncio.to_thread(decode_observation, payload)
-                inputs = map_observation(obs.observation, robot.mapping)
-                inputs = conform_observation(inputs, self.engine.metadata.inputs)
-                report = robot.estimator.observe(obs, received_s)
+            except CallRefused as exc:
+                await self._refuse(context, exc)
             except ValueError as exc:
                 await self._abort(
                     context, grpc.StatusCode.INVALID_ARGUMENT, f"refused the observation: {exc}"
                 )
-            if robot.held is not None:
-                robot.num_replaced += 1
-            robot.held = _Pending(inputs, report, obs.timestamp_s, received_s)
+            try:
+                robot.observe(obs, received_s)
+            except CallRefused as exc:
+                await self._refuse(context, exc)
             if robot.task is None or robot.task.done():
                 robot.task = asyncio.ensure_future(self._serve(robot))
             return pb.Empty()
@@ -465,90 +393,53 @@ class LeRobotGrpcTransport(Transport):
         """The robot's next chunk; empty after ``actions_wait_s`` without one."""
         robot = self._robot(context)
         with self.robots.calling(robot.peer, self.engine.clock):
-            try:
-                item = await asyncio.wait_for(robot.outbox.get(), self.config.actions_wait_s)
-            except TimeoutError:
-                return pb.Actions()
+            item = await self._next_outgoing(robot)
             if item is None:
                 return pb.Actions()
             if item.error is not None:
-                await self._abort(context, *item.error, counted=True)
-            robot.estimator.fetched(item.chunk_start, item.first_timestep, item.num_actions)
+                await self._refuse(context, item.error, counted=True)
+            robot.fetched(item)
             if item.reply is not None:
                 self.engine.reply_sent(robot.session, item.reply, self.engine.clock())
             return pb.Actions(data=item.payload)
+
+    async def _next_outgoing(self, robot: _Robot) -> Outgoing | None:
+        """The robot's next chunk or error; None after ``actions_wait_s`` without one, or
+        once the robot is closed."""
+        loop = asyncio.get_running_loop()
+        deadline_s = loop.time() + self.config.actions_wait_s
+        while not robot.closed:
+            item = robot.take()
+            if item is not None:
+                return item
+            robot.posted.clear()
+            try:
+                async with asyncio.timeout_at(deadline_s):
+                    await robot.posted.wait()
+            except TimeoutError:
+                return None
+        return None
 
     # ---- serving one robot -----------------------------------------------
 
     async def _serve(self, robot: _Robot) -> None:
         """Give the robot's newest observation to the engine until none is left."""
         try:
-            while robot.held is not None and not robot.closed:
-                pending, robot.held = robot.held, None
-                outgoing = await self._infer(robot, pending)
-                if outgoing is not None:
-                    robot.post(outgoing)
+            while (call := robot.next_call(self.engine.clock())) is not None:
+                try:
+                    reply = await self.engine.infer(
+                        robot.session, call.observation, received_s=call.sent_s
+                    )
+                except RequestError as exc:
+                    self.engine.count_error()
+                    robot.refused(exc)
+                    continue
+                robot.answered(call, reply)
         except SessionClosed:
             pass
         except Exception:
             logger.exception("LeRobot robot %s: serving failed", robot.peer)
-            robot.post(_Outgoing(error=(grpc.StatusCode.INTERNAL, _INTERNAL)))
-
-    async def _infer(self, robot: _Robot, pending: _Pending) -> _Outgoing | None:
-        """One observation through the engine: its chunk, an error, or None (deferred so
-        that a newer one takes its place, or superseded by a chunk already computed)."""
-        now_s = self.engine.clock()
-        estimator = robot.estimator
-        report = pending.report.aged(now_s - pending.received_s, estimator.control_hz)
-        report = report.not_before(robot.last_index)
-        if not estimator.servable(report):
-            return None
-        robot.last_index = report.action_index
-        try:
-            reply = await self.engine.infer(
-                robot.session, self._request(robot, pending, report), received_s=now_s
-            )
-        except RequestError as exc:
-            self.engine.count_error()
-            logger.info("LeRobot robot %s: request refused: %s", robot.peer, exc)
-            return _Outgoing(error=(_status(exc), str(exc)))
-        if reply.deferred:
-            if robot.held is None:
-                robot.held = pending  # nothing newer came: ask again with this one
-            return None
-        estimator.computed(reply.chunk_start)
-        rows = reply.actions[: robot.actions_per_chunk]
-        return _Outgoing(
-            payload=encode_actions(
-                rows,
-                first_timestep=report.timestep,
-                timestamp_s=pending.timestamp_s,
-                step_s=estimator.tick_s,
-            ),
-            reply=reply,
-            chunk_start=reply.chunk_start,
-            first_timestep=report.timestep,
-            num_actions=len(rows),
-        )
-
-    def _request(self, robot: _Robot, pending: _Pending, report: QueueReport) -> dict[str, Any]:
-        """The policy's inputs and the robot's estimated queue as ``__armory__`` state
-        (every-tick mode: a waiting observation is handed back after about a tick)."""
-        estimator = robot.estimator
-        state = RobotState(
-            robot_id=robot.name,
-            action_index=report.action_index,
-            actions_left=report.actions_left,
-            chunk_start=report.chunk_start,
-            control_hz=estimator.control_hz,
-            min_execution_horizon=1,
-            # Row 0 of a chunk is the action the robot executed when it took the
-            # observation: the client skips it.
-            max_execution_horizon=max(robot.actions_per_chunk - 1, 1),
-            observation_step=max(estimator.num_observations - 1, 0),
-            defer_after_s=estimator.tick_s,
-        )
-        return {**pending.inputs, ARMORY_KEY: state.to_wire()}
+            robot.failed()
 
     # ---- robots ----------------------------------------------------------
 
@@ -562,21 +453,7 @@ class LeRobotGrpcTransport(Transport):
             default_control_hz=self.config.default_control_hz,
             chunk_size_threshold=self.config.chunk_size_threshold,
         )
-        return _Robot(peer, session, estimator)
-
-    def _closed(self, robot: _Robot, reason: str) -> None:
-        """A robot left (its session is closed): a ``GetActions`` waiting gets nothing."""
-        robot.closed = True
-        robot.post(None)
-        logger.info(
-            "LeRobot robot %s left (%s): %d observations, %d replaced by newer ones, "
-            "%d chunks never fetched",
-            robot.peer,
-            reason,
-            robot.estimator.num_observations,
-            robot.num_replaced,
-            robot.num_unfetched,
-        )
+        return _Robot(peer, session, estimator, self.engine.metadata)
 
     async def _sweep(self) -> None:
         """Forget robots that made no call for ``session_timeout_s``."""
@@ -612,6 +489,14 @@ class LeRobotGrpcTransport(Transport):
             logger.info("LeRobot call from %s refused: pickle payloads are off", context.peer())
             await self._abort(context, grpc.StatusCode.FAILED_PRECONDITION, PICKLE_REFUSED)
 
+    async def _refuse(
+        self, context: grpc.aio.ServicerContext, exc: CallRefused, *, counted: bool = False
+    ) -> None:
+        """Fail this call with the core's refusal (raises)."""
+        await self._abort(
+            context, getattr(grpc.StatusCode, exc.status), exc.message, counted=counted
+        )
+
     async def _abort(
         self,
         context: grpc.aio.ServicerContext,
@@ -643,82 +528,8 @@ def _forget_frames(exc: BaseException) -> None:
     exc.__cause__ = None
 
 
-_INTERNAL = "internal server error; the server log has the details"
 _Behavior = Callable[[Any, Any], Awaitable[Any]]
 """An RPC's handler: (request or request iterator, context) -> response."""
-
-
-def _status(exc: RequestError) -> Any:
-    """The gRPC status of an engine error."""
-    if isinstance(exc, ObservationError):
-        return grpc.StatusCode.INVALID_ARGUMENT
-    if isinstance(exc, QueueStateError):
-        return grpc.StatusCode.FAILED_PRECONDITION
-    if isinstance(exc, ServerClosing):
-        return grpc.StatusCode.UNAVAILABLE
-    return grpc.StatusCode.INTERNAL  # PolicyError, or a failure of the server
-
-
-def mismatch(instructions: PolicyInstructions, meta: PolicyMetadata) -> str | None:
-    """Why the served policy cannot serve a robot with these instructions, or None.
-
-    Called at SendPolicyInstructions (unless ``--lerobot.allow-mismatched-policy``): a
-    robot asking for another LeRobot policy type than the served one would silently get
-    the served one's actions; a robot with more joints than an action has values would
-    fail later inside LeRobot's client, which plays action value i on joint i of its
-    ``action_features`` (its ``observation.state`` names, for LeRobot's robots). A served
-    policy that is not a LeRobot policy (``policy:mock``) has no type to compare.
-    """
-    served_type = meta.extra.get("lerobot_type")
-    if isinstance(served_type, str) and instructions.policy_type != served_type:
-        return (
-            f"this server serves the LeRobot policy type {served_type!r} ({meta.name!r}), "
-            f"not {instructions.policy_type!r}: set the robot's policy_type={served_type!r} "
-            "(or the operator allows it with --lerobot.allow-mismatched-policy)"
-        )
-    state = instructions.features.get("observation.state")
-    joints = state.get("names") if isinstance(state, Mapping) else None
-    if isinstance(joints, list | tuple) and len(joints) > meta.action_dim:
-        return (
-            f"the served policy {meta.name!r} returns actions of {meta.action_dim} values but "
-            f"the robot has {len(joints)} joints {list(joints)}: LeRobot's client would run "
-            "out of action values (or the operator allows it with "
-            "--lerobot.allow-mismatched-policy)"
-        )
-    return None
-
-
-def _check_instructions(
-    robot: _Robot, instructions: PolicyInstructions, served: str, horizon: int
-) -> None:
-    """Log what the robot asked for that this server does not do."""
-    asked = instructions.policy_type
-    logger.info(
-        "LeRobot robot %s asks for policy %r (%r) with %d actions per chunk",
-        robot.peer,
-        asked,
-        instructions.pretrained_name_or_path,
-        instructions.actions_per_chunk,
-    )
-    if asked.lower() not in served.lower():
-        logger.warning(
-            "LeRobot robot %s asks for policy %r (%r); this server serves %r and never loads "
-            "another: the robot gets %r's actions",
-            robot.peer,
-            asked,
-            instructions.pretrained_name_or_path,
-            served,
-            served,
-        )
-    if instructions.actions_per_chunk > horizon:
-        logger.warning(
-            "LeRobot robot %s asks for %d actions per chunk; the policy's horizon is %d: it "
-            "gets chunks of %d",
-            robot.peer,
-            instructions.actions_per_chunk,
-            horizon,
-            horizon,
-        )
 
 
 def _address(host: str, port: int) -> str:
