@@ -29,13 +29,14 @@ def make_registry(
     *, max_robots: int | None = None, idle_timeout_s: float | None = None
 ) -> tuple[SessionRegistry[str, Session], FakeEngine, list[tuple[str, str]]]:
     """A registry whose robots are their sessions; closes land in the returned list as
-    (peer, reason)."""
+    (peer, reason), evictions after them as ("evict " + key, reason)."""
     engine = FakeEngine()
     closed: list[tuple[str, str]] = []
     registry: SessionRegistry[str, Session] = SessionRegistry(
         engine,
         make=lambda _key, session: session,
         on_close=lambda session, reason: closed.append((session.peer, reason)),
+        on_evict=lambda key, reason: closed.append((f"evict {key}", reason)),
         max_robots=max_robots,
         idle_timeout_s=idle_timeout_s,
     )
@@ -102,17 +103,19 @@ def test_no_timeout_means_no_sweep() -> None:
 
 def test_an_evicted_robot_is_closed_and_its_key_opens_a_new_session() -> None:
     """The engine's evict callback (a newer connection took the robot id) closes the robot
-    with the engine's reason; the key's next call opens a new session."""
+    with the engine's reason, then tells the door; the key's next call opens a new
+    session."""
     registry, engine, closed = make_registry()
     first = registry.robot("a", peer="a", now_s=0.0)
     assert first.evict is not None
-    first.evict("replaced by a newer connection of robot 'r'")
-    assert closed == [("a", "replaced by a newer connection of robot 'r'")]
+    reason = "replaced by a newer connection of robot 'r'"
+    first.evict(reason)
+    assert closed == [("a", reason), ("evict a", reason)]
     assert first.closed and "a" not in registry
     second = registry.robot("a", peer="a", now_s=1.0)
     assert second is not first and engine.opened == [first, second]
     first.evict("late")  # an old session's evict leaves the new robot alone
-    assert registry.get("a") is second
+    assert registry.get("a") is second and len(closed) == 2
 
 
 def test_a_session_the_engine_closed_is_replaced_on_the_next_call() -> None:

@@ -45,6 +45,7 @@ from armory.transports.openpi_protocol import (
     encode_metadata,
     metadata_map,
 )
+from armory.transports.sessions import SessionRegistry
 from armory.transports.tls import server_ssl_context
 
 logger = logging.getLogger(__name__)
@@ -71,6 +72,12 @@ class OpenpiWebSocketTransport(Transport):
         self._requested_port = port
         self._api_key = api_key or None
         self._server: Server | None = None
+        self.connections: SessionRegistry[ServerConnection, OpenpiConnection] = SessionRegistry(
+            engine,
+            make=lambda _ws, session: OpenpiConnection(engine, session),
+            on_evict=self._close_later,
+        )
+        """Open connections (their number is limited at the handshake, see _process_request)."""
         self._tasks: set[asyncio.Task[Any]] = set()
         self._metadata_frame = encode_metadata(
             metadata_map(engine.metadata, engine.config, scheduler=engine.scheduler_name)
@@ -139,12 +146,10 @@ class OpenpiWebSocketTransport(Transport):
     # ---- one connection ------------------------------------------------
 
     async def _handle(self, ws: ServerConnection) -> None:
-        session = self.engine.open_session(
-            peer=_peer(ws), evict=lambda reason: self._close_later(ws, reason)
-        )
-        connection = OpenpiConnection(self.engine, session)
+        connection = self.connections.robot(ws, peer=_peer(ws), now_s=self.engine.clock())
+        session = connection.session
         watcher = asyncio.ensure_future(ws.wait_closed())
-        watcher.add_done_callback(lambda _: self.engine.close_session(session))
+        watcher.add_done_callback(lambda _: self.connections.close(ws, "the connection closed"))
         send_lock = asyncio.Lock()
         answers: set[asyncio.Task[None]] = set()
         try:
@@ -172,7 +177,7 @@ class OpenpiWebSocketTransport(Transport):
             await self._send_error(ws, INTERNAL)
         finally:
             watcher.cancel()
-            self.engine.close_session(session)
+            self.connections.close(ws, "the handler ended")
             if answers:
                 await asyncio.wait(answers)
 

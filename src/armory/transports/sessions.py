@@ -53,6 +53,7 @@ class SessionRegistry(Generic[K, R]):
         *,
         make: Callable[[K, Session], R],
         on_close: Callable[[R, str], None] | None = None,
+        on_evict: Callable[[K, str], None] | None = None,
         # Limits
         max_robots: int | None = None,
         # Timeouts
@@ -60,10 +61,13 @@ class SessionRegistry(Generic[K, R]):
     ) -> None:
         """``make(key, session)``: the door's state of a new robot; ``on_close(robot,
         reason)``: called once when a robot is closed, whatever closed it (its session is
-        already closed then). ``idle_timeout_s`` None: robots are never swept."""
+        already closed then); ``on_evict(key, reason)``: called after that when the engine
+        evicted the robot (the door closes its connection). ``max_robots`` None: no limit;
+        ``idle_timeout_s`` None: robots are never swept."""
         self._engine = engine
         self._make = make
         self._on_close = on_close
+        self._on_evict = on_evict
         self.max_robots = max_robots
         self.idle_timeout_s = idle_timeout_s
         self._entries: dict[K, _Entry[R]] = {}
@@ -162,6 +166,8 @@ class SessionRegistry(Generic[K, R]):
         entry = self._entries.get(key)
         if entry is not None and entry.session is session:
             self.close(key, reason)
+            if self._on_evict is not None:
+                self._on_evict(key, reason)
 
     def _closed(self, entry: _Entry[R], reason: str) -> None:
         self._engine.close_session(entry.session)
