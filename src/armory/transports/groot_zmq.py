@@ -8,6 +8,10 @@ a session unheard of for ``session_timeout_s`` is closed (its next request opens
 new one). Every request gets exactly one reply, ``{"error": ...}`` for anything
 that cannot be served, so a bad request never wedges a robot's socket.
 See docs/groot.md.
+
+What to answer is decided by the door's I/O-free core,
+:class:`~armory.transports.groot_core.GrootDoorCore`; this module receives frames,
+hands ``get_action`` to the engine and sends the replies.
 """
 
 from __future__ import annotations

@@ -26,6 +26,11 @@ empty when none is ready). See docs/lerobot.md.
   one, none is dropped for looking like the last.
 - **Errors** concern one robot: a bad payload fails that call with a gRPC status; an
   error while its chunk is computed is the status of its next ``GetActions``.
+
+A robot's state and rules are its I/O-free core's,
+:class:`~armory.transports.lerobot_core.LeRobotRobot`, kept in a
+:class:`~armory.transports.sessions.SessionRegistry` (limit, eviction, idle sweep);
+this module reads calls, awaits the engine and answers.
 """
 
 from __future__ import annotations

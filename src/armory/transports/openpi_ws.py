@@ -9,6 +9,11 @@ every-tick robot's newer observation replaces one still waiting (answered
 a text frame, then close 1011, on that connection only. With the server's TLS pair
 the door speaks only TLS (``wss://``, and HTTPS for health and stats). See
 docs/protocol.md and docs/security.md.
+
+The connection's rules (pipelining limit, reply order, error then close) are its
+I/O-free core's, :class:`~armory.transports.openpi_core.OpenpiConnection`; the
+connections are in a :class:`~armory.transports.sessions.SessionRegistry`. This
+module reads frames, awaits the engine and sends what the core releases.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Coroutine
 from typing import Any
 
 from websockets.asyncio.server import Server, ServerConnection, serve
@@ -195,6 +201,12 @@ class OpenpiWebSocketTransport(Transport):
             outcome = await self.engine.answer(pending.request)
         except Exception as exc:
             outcome = exc
+        except asyncio.CancelledError:
+            # The answers after this one still go out, in order.
+            dropped = SessionClosed("the request's task was cancelled")
+            released = connection.settle(pending.seq, dropped)
+            self._in_background(self._deliver(ws, connection.session, send_lock, released))
+            raise
         await self._deliver(
             ws, connection.session, send_lock, connection.settle(pending.seq, outcome)
         )
@@ -231,7 +243,11 @@ class OpenpiWebSocketTransport(Transport):
     def _close_later(self, ws: ServerConnection, reason: str) -> None:
         """Close ``ws`` from outside its handler (a newer connection replaced it)."""
         reason = reason.encode()[:_MAX_CLOSE_REASON_BYTES].decode(errors="ignore")
-        task = asyncio.ensure_future(ws.close(REPLACED_CLOSE_CODE, reason))
+        self._in_background(ws.close(REPLACED_CLOSE_CODE, reason))
+
+    def _in_background(self, step: Coroutine[Any, Any, None]) -> None:
+        """Run ``step`` in a task of its own; :meth:`stop` waits for it."""
+        task = asyncio.ensure_future(step)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
