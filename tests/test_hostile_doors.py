@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import zmq
 from armory_client import CodecError
-from armory_client.codec import max_items, max_maps, packb, unpackb
+from armory_client.wire.codec import max_items, max_maps, packb, unpackb
 from groot_client import GrootClient, groot_observation
 from lerobot_client.wire import (
     AsyncInferenceClient,

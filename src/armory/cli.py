@@ -258,15 +258,8 @@ class Serve:
             scheduler = make_scheduler(
                 self.scheduler_options.config(self.server.scheduler, self.seed)
             )
-            try:
-                from armory.serve import ArmoryServer, run_server
-            except ModuleNotFoundError as exc:
-                if exc.name != "armory_client":
-                    raise
-                raise ValueError(
-                    "armory serve needs the armory-client package: "
-                    "pip install -e packages/armory-client"
-                ) from exc
+            from armory.serve import ArmoryServer, run_server
+
             policy = make_policy(self.policy)
         logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         if level > logging.DEBUG:  # websockets logs every connection at INFO
@@ -325,21 +318,8 @@ class Fleet:
 
     def run(self) -> int:
         with _usage_errors():
-            try:
-                from armory.fleet import (
-                    FleetError,
-                    FleetOptions,
-                    FleetProgress,
-                    ServerLost,
-                    run_fleet,
-                )
-            except ModuleNotFoundError as exc:
-                if exc.name != "armory_client":
-                    raise
-                raise ValueError(
-                    "armory fleet needs the armory-client package: "
-                    "pip install -e packages/armory-client"
-                ) from exc
+            from armory.fleet import FleetError, FleetOptions, FleetProgress, ServerLost, run_fleet
+
             options = FleetOptions(
                 host=self.host,
                 port=self.port,

@@ -1,7 +1,7 @@
 """Options of ``armory serve`` (``--server.*``), read by the engine and the transports.
 
-No import here needs the client package, so the command line can build and check
-a config before anything else is loaded.
+It imports nothing of Armory, so the command line builds and checks a config before
+the engine is loaded.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from armory_client.queue_state import (
+from armory_client.wire.queue_state import (
     MAX_CONTROL_HZ,
     MAX_DURATION_S,
     MAX_EXECUTION_HORIZON,

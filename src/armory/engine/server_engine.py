@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from armory_client import ARMORY_KEY, RobotState
+from armory_client.wire import ARMORY_KEY, RobotState
 
 from armory.engine.batch_loop import BatchLoop, ChunkResult, Clock, LoopStats
 from armory.engine.config import ServerConfig

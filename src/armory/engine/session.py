@@ -7,7 +7,7 @@ the observation the mirror holds for it is its newest request.
 
 Two kinds of robot:
 
-- **Armory clients** attach a :class:`~armory_client.RobotState` under
+- **Armory clients** attach a :class:`~armory_client.wire.RobotState` under
   ``__armory__`` to every observation: their rate, horizons, weight, action index,
   actions left and the chunk they are playing. The mirror takes these as reported.
 - **Plain openpi clients** attach nothing. The server assumes such a robot works
@@ -39,7 +39,7 @@ from armory.engine.latency_profile import LatencyProfile
 from armory.engine.queue_mirror import NO_CHUNK, QueueReport, RobotLimits
 
 if TYPE_CHECKING:
-    from armory_client import RobotState
+    from armory_client.wire import RobotState
 
 _LINK_SMOOTHING = 0.25
 """Weight of the newest round-trip sample in the link-delay moving average."""

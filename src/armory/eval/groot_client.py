@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 from armory_client import ConnectTimeout, RequestTimeout, ServerError, detach
-from armory_client.codec import unpackb
+from armory_client.wire.codec import unpackb
 
 from armory.eval.mapping import MappingError
 from armory.transports.groot_protocol import encode_reply

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 from armory_client import InferClient
-from armory_client.ordering import after
+from armory_client.wire.ordering import after
 
 from armory.fleet.robot import SyntheticRobot
 from armory.fleet_spec import DelaySpec

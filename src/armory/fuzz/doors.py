@@ -18,7 +18,7 @@ from typing import Any
 
 import msgpack
 import numpy as np
-from armory_client import packb
+from armory_client.wire import packb
 
 from armory.fuzz.messages import (
     groot_request,

@@ -11,7 +11,7 @@ import pickle
 from typing import Any
 
 import numpy as np
-from armory_client import ARMORY_KEY, RobotState
+from armory_client.wire import ARMORY_KEY, RobotState
 
 from armory.engine.latency_profile import LinearProfileConfig
 from armory.policies.mock import MockPolicyConfig

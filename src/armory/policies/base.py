@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from armory_client.image_prep import decode_jpeg
 
 from armory.engine.errors import ObservationError
+from armory.policies.jpeg import decode_jpeg
 
 __all__ = [
     "CONTEXT_CHUNK_START",

@@ -25,7 +25,7 @@ in one of two ways:
   its length, as `rtc_guidance` builds it); a policy without a denoiser can blend,
   ``w * previous + (1 - w) * chunk`` (`soft_inpaint`).
 
-Pure numpy; the keys are the client package's (`armory_client.merge`).
+Pure numpy; the keys are the wire contract's (`armory_client.wire.rtc_keys`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from armory_client.merge import RTC_DELAY_KEY, RTC_PREFIX_KEY, RTC_REMAINDER_KEY
+from armory_client.wire import RTC_DELAY_KEY, RTC_PREFIX_KEY, RTC_REMAINDER_KEY
 
 __all__ = [
     "RTC_SCHEDULES",

@@ -21,8 +21,7 @@ from typing import Any, Literal
 
 import msgpack
 import numpy as np
-from armory_client import CodecError
-from armory_client.codec import unpackb
+from armory_client.wire import CodecError, unpackb
 
 from armory.engine.errors import public_text
 
@@ -53,7 +52,7 @@ class GrootRequest:
 def decode_request(frame: bytes, *, max_message_bytes: int | None = None) -> GrootRequest:
     """A request from one frame; GrootProtocolError names what is wrong (a frame over
     ``max_message_bytes`` too). Decoding work is bounded by the frame's size
-    (``armory_client.codec.unpackb``)."""
+    (``armory_client.wire.codec.unpackb``)."""
     if max_message_bytes is not None and len(frame) > max_message_bytes:
         raise GrootProtocolError(
             f"frame with {len(frame)} bytes exceeds the limit of {max_message_bytes} bytes "

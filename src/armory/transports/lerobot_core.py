@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from armory_client import ARMORY_KEY, RobotState
+from armory_client.wire import ARMORY_KEY, RobotState
 
 from armory.engine.errors import ObservationError, QueueStateError, RequestError, ServerClosing
 from armory.engine.server_engine import Reply

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 from armory_client.image_prep import resize_with_pad
-from armory_client.queue_state import MAX_EXECUTION_HORIZON, MAX_INDEX, MIN_CONTROL_HZ
+from armory_client.wire.queue_state import MAX_EXECUTION_HORIZON, MAX_INDEX, MIN_CONTROL_HZ
 
 from armory.engine.errors import ObservationError
 from armory.policies.base import InputSpec

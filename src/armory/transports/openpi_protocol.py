@@ -2,7 +2,7 @@
 
 No I/O here (see :mod:`armory.transports.openpi_ws` for the socket side), so every
 message form has a round-trip test. The codec is the client package's
-(``armory_client.codec``): the client owns the contract, the server imports it.
+(``armory_client.wire.codec``): the client owns the contract, the server imports it.
 See docs/protocol.md.
 """
 
@@ -12,7 +12,7 @@ import importlib.metadata
 from collections.abc import Mapping
 from typing import Any
 
-from armory_client import ARMORY_KEY, WIRE_VERSION, CodecError, ReplyState, packb, unpackb
+from armory_client.wire import ARMORY_KEY, WIRE_VERSION, CodecError, ReplyState, packb, unpackb
 
 from armory.engine.config import ServerConfig
 from armory.engine.errors import DecodeError

@@ -14,7 +14,6 @@ drives a LeRobot robot object; ``armory-client plot TRACE`` draws a runtime trac
 
 from armory_client.action_queue import ActionQueue
 from armory_client.client import DEFAULT_MAX_SIZE, DEFAULT_PORT, AsyncPolicyClient, PolicyClient
-from armory_client.codec import packb, unpackb
 from armory_client.errors import (
     ArmoryClientError,
     CertificateRejected,
@@ -29,7 +28,6 @@ from armory_client.errors import (
 from armory_client.image_prep import (
     DEFAULT_JPEG_QUALITY,
     ImageSpec,
-    decode_jpeg,
     encode_jpeg,
     image_specs,
     prepare_images,
@@ -53,8 +51,6 @@ from armory_client.merge import (
     rtc_delay_ticks,
     rtc_request,
 )
-from armory_client.queue_state import ARMORY_KEY, WIRE_VERSION, RobotState, attach, detach
-from armory_client.reply_state import ACTIONS_KEY, ReplyState, parse_reply
 from armory_client.request_modes import (
     REQUEST_MODES,
     Directed,
@@ -69,6 +65,9 @@ from armory_client.robot import Robot
 from armory_client.runtime import InferClient, RobotRuntime, RuntimeConfig
 from armory_client.runtime_stats import RequestRecord, RuntimeStats, RuntimeSummary, TickRecord
 from armory_client.safety import SafetyConfig, SafetyLayer, SafetyStop
+from armory_client.wire.codec import packb, unpackb
+from armory_client.wire.queue_state import ARMORY_KEY, WIRE_VERSION, RobotState, attach, detach
+from armory_client.wire.reply_state import ACTIONS_KEY, ReplyState, parse_reply
 
 __all__ = [
     "ACTIONS_KEY",
@@ -121,7 +120,6 @@ __all__ = [
     "Threshold",
     "TickRecord",
     "attach",
-    "decode_jpeg",
     "detach",
     "encode_jpeg",
     "image_specs",

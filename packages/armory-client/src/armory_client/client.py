@@ -33,8 +33,6 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 from websockets.typing import Data
 from websockets.uri import parse_uri
 
-from armory_client import ordering
-from armory_client.codec import packb, unpackb
 from armory_client.errors import (
     ArmoryClientError,
     CertificateRejected,
@@ -45,6 +43,8 @@ from armory_client.errors import (
     RequestTimeout,
     ServerError,
 )
+from armory_client.wire import ordering
+from armory_client.wire.codec import packb, unpackb
 
 __all__ = ["DEFAULT_MAX_SIZE", "DEFAULT_PORT", "AsyncPolicyClient", "PolicyClient"]
 

@@ -19,8 +19,8 @@ shape is ``[height, width, channels]`` (channels 1 or 3) is an image, and
   (1 or 3 channels) is resized by PIL itself, about 3 times faster.
 - `to_uint8` maps floats from a declared range ([0, 1] by default, or [-1, 1]) to
   0..255, rounded and clipped (openpi truncates).
-- `encode_jpeg` / `decode_jpeg` need pillow, imported on first use (install the
-  ``jpeg`` extra: ``pip install 'armory-client[jpeg]'``).
+- `encode_jpeg` needs pillow, imported on first use (install the ``jpeg`` extra:
+  ``pip install 'armory-client[jpeg]'``).
 
 JPEG on the wire (the server side is not part of this package): a JPEG image is
 sent as msgpack bin (Python ``bytes``) under its usual key, and only for a key whose
@@ -43,7 +43,6 @@ import numpy as np
 __all__ = [
     "DEFAULT_JPEG_QUALITY",
     "ImageSpec",
-    "decode_jpeg",
     "encode_jpeg",
     "image_specs",
     "prepare_images",
@@ -55,7 +54,6 @@ DEFAULT_JPEG_QUALITY = 90
 """JPEG quality used when none is given (1..100; pillow advises at most 95)."""
 
 _JPEG_HINT = "JPEG needs pillow: pip install 'armory-client[jpeg]' (or pillow>=10)"
-_DEFAULT_MAX_PIXELS = 50_000_000
 
 ResizeMethod = Literal["bilinear", "area"]
 
@@ -258,33 +256,6 @@ def encode_jpeg(image: np.ndarray, quality: int = DEFAULT_JPEG_QUALITY) -> bytes
     buffer = io.BytesIO()
     pil.save(buffer, format="JPEG", quality=quality)
     return buffer.getvalue()
-
-
-def decode_jpeg(data: bytes, *, max_pixels: int = _DEFAULT_MAX_PIXELS) -> np.ndarray:
-    """The uint8 image (H, W, 3), or (H, W, 1) for a grayscale JPEG, in `data`.
-
-    Only JPEG is read, and an image of more than `max_pixels` pixels is refused before
-    it is decoded. Raises ImportError naming the ``jpeg`` extra when pillow is
-    missing, ValueError for bytes that are not a JPEG image of a sane size.
-    """
-    image_module = _pil_image()
-    if not isinstance(data, bytes | bytearray | memoryview):
-        raise ValueError(f"JPEG data must be bytes, got {type(data).__name__}")
-    try:
-        with image_module.open(io.BytesIO(data), formats=["JPEG"]) as pil:
-            width, height = pil.size
-            if width * height > max_pixels:
-                raise ValueError(
-                    f"JPEG image of {width}x{height} pixels exceeds the limit of {max_pixels}"
-                )
-            if pil.mode not in ("RGB", "L"):
-                pil = pil.convert("RGB")
-            array = np.asarray(pil, dtype=np.uint8)
-    except ValueError:
-        raise
-    except Exception as exc:  # PIL raises UnidentifiedImageError, OSError, SyntaxError...
-        raise ValueError(f"not a decodable JPEG image ({type(exc).__name__}: {exc})") from None
-    return array[..., None] if array.ndim == 2 else array
 
 
 # ---- observations ---------------------------------------------------------------

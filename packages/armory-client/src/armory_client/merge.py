@@ -93,11 +93,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from armory_client.wire.rtc_keys import RTC_DELAY_KEY, RTC_PREFIX_KEY, RTC_REMAINDER_KEY
+
 __all__ = [
     "MERGE_RULES",
-    "RTC_DELAY_KEY",
-    "RTC_PREFIX_KEY",
-    "RTC_REMAINDER_KEY",
     "Average",
     "Conservative",
     "IndexedActions",
@@ -117,13 +116,6 @@ __all__ = [
     "rtc_delay_ticks",
     "rtc_request",
 ]
-
-RTC_PREFIX_KEY = "rtc_prefix"
-"""Observation key of the frozen actions (see the module docstring)."""
-RTC_REMAINDER_KEY = "rtc_remainder"
-"""Observation key of the queued actions after the frozen ones."""
-RTC_DELAY_KEY = "rtc_delay"
-"""Observation key of the number of frozen actions."""
 
 
 def _check_index(name: str, value: Any) -> int:

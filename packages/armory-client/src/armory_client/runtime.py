@@ -58,16 +58,16 @@ from typing import Any, Protocol
 import numpy as np
 
 from armory_client.action_queue import ActionQueue
-from armory_client.codec import packb
 from armory_client.errors import ArmoryClientError, HandshakeRejected
 from armory_client.image_prep import ImageSpec, image_specs, prepare_images
 from armory_client.merge import Rtc, make_merge_rule, nonfinite_rows, rtc_delay_ticks
-from armory_client.queue_state import RobotState, attach
-from armory_client.reply_state import ReplyState, parse_reply
 from armory_client.request_modes import RoundTripEstimate, SendState, make_request_mode
 from armory_client.robot import Robot
 from armory_client.runtime_stats import RequestRecord, RuntimeStats, RuntimeSummary, TickRecord
 from armory_client.safety import SafetyConfig, SafetyLayer, SafetyStop
+from armory_client.wire.codec import packb
+from armory_client.wire.queue_state import RobotState, attach
+from armory_client.wire.reply_state import ReplyState, parse_reply
 
 __all__ = ["InferClient", "RobotRuntime", "RuntimeConfig"]
 

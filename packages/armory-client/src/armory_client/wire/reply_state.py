@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from armory_client.errors import ProtocolError
-from armory_client.queue_state import ARMORY_KEY, WIRE_VERSION
+from armory_client.wire.queue_state import ARMORY_KEY, WIRE_VERSION
 
 __all__ = ["ACTIONS_KEY", "ReplyState", "parse_reply"]
 

@@ -135,9 +135,7 @@ class _Budget:
     def take(self, container: Any) -> Any:
         self._left -= len(container) + 1
         if self._left < 0:
-            raise CodecError(
-                f"the message holds more than {self.max_items} map and array entries"
-            )
+            raise CodecError(f"the message holds more than {self.max_items} map and array entries")
         return container
 
 
