@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 from armory_client import packb, unpackb
 
+from armory.core.latency_profile import LinearProfileConfig
 from armory.engine.config import ServerConfig
-from armory.engine.latency_profile import LinearProfileConfig
 from armory.policies.mock import MockPolicyConfig
 from armory.serve import ArmoryServer, ServerThread
 from armory.sim.table import format_table

@@ -31,9 +31,8 @@ import numpy as np
 
 from armory.fleet_spec import FleetSpec, load_fleet
 from armory.scheduling.config import SchedulerConfig
-from armory.scheduling.fluid import robot_classes
 from armory.scheduling.registry import make_scheduler, scheduler_names
-from armory.sim.bound import fleet_bound
+from armory.sim.bound import fleet_bound, robot_classes
 from armory.sim.simulator import SimConfig, simulate
 
 OURS = SchedulerConfig().name

@@ -32,7 +32,7 @@ import numpy as np
 from _loopback import mock_server, run_fleet_process
 from armory_client import packb
 
-from armory.engine.latency_profile import LatencyProfile
+from armory.core.latency_profile import LatencyProfile
 from armory.engine.server_engine import Reply
 from armory.fleet.observations import ObservationFactory
 from armory.fleet_spec import FleetSpec, fleet_from_dict

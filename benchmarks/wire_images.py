@@ -33,8 +33,8 @@ import numpy as np
 from armory_client import AsyncPolicyClient, packb
 from armory_client.image_prep import image_specs, prepare_images
 
+from armory.core.latency_profile import LinearProfileConfig
 from armory.engine.config import ServerConfig
-from armory.engine.latency_profile import LinearProfileConfig
 from armory.fleet.delay_proxy import DelayProxy
 from armory.fleet_spec import DelaySpec
 from armory.policies.mock import MockPolicyConfig

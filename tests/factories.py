@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from armory.engine.latency_profile import LatencyProfile
+from armory.core.latency_profile import LatencyProfile
 from armory.scheduling.snapshot import Snapshot
 
 PerRobot = float | Sequence[float]

@@ -22,8 +22,8 @@ from armory_client import AsyncPolicyClient, RobotState
 from armory_client.runtime import RobotRuntime, RuntimeConfig
 from armory_client.runtime_stats import RuntimeSummary
 
+from armory.core.latency_profile import LinearProfileConfig
 from armory.engine.config import ServerConfig
-from armory.engine.latency_profile import LinearProfileConfig
 from armory.engine.server_engine import Reply
 from armory.policies.base import Policy, PolicyMetadata
 from armory.policies.mock import MockPolicy, MockPolicyConfig, mock_actions

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from armory.engine.latency_profile import LatencyProfile
+from armory.core.latency_profile import LatencyProfile
 from armory.fleet_spec import DelaySpec, FleetSpec, RobotGroup, RobotSpec, load_fleet
 from armory.scheduling.fluid import solve_fluid
 from armory.scheduling.registry import make_scheduler, scheduler_names

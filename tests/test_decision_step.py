@@ -10,10 +10,10 @@ from typing import cast
 
 import pytest
 
+from armory.core.latency_profile import LatencyProfile
 from armory.engine.batch_loop import BatchLoop
 from armory.engine.decision_step import DecisionStep
 from armory.engine.executor import Executor
-from armory.engine.latency_profile import LatencyProfile
 from armory.engine.queue_mirror import QueueMirror, QueueReport, RobotLimits
 from armory.fleet_spec import load_fleet
 from armory.scheduling.base import Scheduler

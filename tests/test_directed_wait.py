@@ -9,9 +9,9 @@ import dataclasses
 import numpy as np
 from factories import make_snapshot
 
+from armory.core.latency_profile import LatencyProfile
 from armory.engine.batch_loop import BatchLoop
 from armory.engine.fault_isolation import subset
-from armory.engine.latency_profile import LatencyProfile
 from armory.engine.queue_mirror import QueueMirror, QueueReport, RobotLimits
 from armory.scheduling.just_in_time import JustInTimeScheduler
 from armory.scheduling.registry import make_scheduler

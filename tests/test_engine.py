@@ -14,11 +14,11 @@ import pytest
 from armory_client import RobotState, attach
 from server_harness import GatedPolicy, expected_actions, make_mock, make_obs
 
+from armory.core.errors import PolicyError, QueueStateError, SessionClosed, Superseded
+from armory.core.latency_profile import LatencyProfile
 from armory.engine.batch_loop import BatchLoop
 from armory.engine.config import PlainClientDefaults, ServerConfig
-from armory.engine.errors import PolicyError, QueueStateError, SessionClosed, Superseded
 from armory.engine.executor import BatchOutcome
-from armory.engine.latency_profile import LatencyProfile
 from armory.engine.queue_mirror import NO_CHUNK, QueueMirror, QueueReport, RobotLimits
 from armory.engine.server_engine import Reply, ServerEngine
 from armory.engine.session import RequestPlan, Session, directed_lead_s, directed_send_index

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from server_harness import expected_actions, make_mock, make_obs
 
-from armory.engine.errors import PolicyError
+from armory.core.errors import PolicyError
 from armory.engine.executor import Executor
 from armory.policies.base import Policy, PolicyMetadata
 

@@ -19,7 +19,7 @@ from fleet_files import REPO, make_fleet_dict, write_fleet_file
 from server_harness import FAST_LINEAR, expected_actions, make_mock, running_server
 
 from armory.cli import main
-from armory.engine.latency_profile import LinearProfileConfig
+from armory.core.latency_profile import LinearProfileConfig
 from armory.fleet import FleetError, FleetOptions, FleetProgress, run_fleet
 from armory.fleet.loopback import mock_policy_for, server_config_for
 from armory.fleet.observations import ObservationFactory

@@ -10,8 +10,8 @@ import pytest
 from groot_client import groot_observation
 from server_harness import make_mock, make_obs, make_reply
 
+from armory.core.errors import ObservationError
 from armory.engine.config import ServerConfig
-from armory.engine.errors import ObservationError
 from armory.engine.server_engine import Reply, ServerEngine
 from armory.scheduling.registry import make_scheduler
 from armory.transports.groot_config import GrootDoorConfig

@@ -40,9 +40,9 @@ from test_lerobot_door import (
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
+from armory.core.errors import MAX_MESSAGE_CHARS, PolicyError, public_text
+from armory.core.latency_profile import LinearProfileConfig
 from armory.engine.config import ServerConfig
-from armory.engine.errors import MAX_MESSAGE_CHARS, PolicyError, public_text
-from armory.engine.latency_profile import LinearProfileConfig
 from armory.serve import ArmoryServer, ServerThread
 from armory.transports.groot_config import GrootDoorConfig
 from armory.transports.groot_protocol import encode_reply

@@ -13,7 +13,7 @@ from armory_client import ARMORY_KEY, RobotState, attach
 from server_harness import expected_actions, make_mock, make_obs
 from test_engine import armory_state, make_engine, run
 
-from armory.engine.errors import ObservationError, QueueStateError, RequestTimeout
+from armory.core.errors import ObservationError, QueueStateError, RequestTimeout
 from armory.engine.queue_mirror import QueueMirror, QueueReport, RobotLimits
 from armory.engine.server_engine import ServerEngine
 from armory.engine.session import RequestPlan

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from factories import make_snapshot
 
-from armory.engine.latency_profile import LatencyProfile
+from armory.core.latency_profile import LatencyProfile
 from armory.scheduling import fluid_mix
 from armory.scheduling.just_in_time import JustInTimeScheduler, candidate_sizes
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from armory.engine.latency_profile import (
+from armory.core.latency_profile import (
     LatencyProfile,
     LinearProfileConfig,
     points_for,

@@ -10,7 +10,7 @@ from armory_client import ARMORY_KEY
 from lerobot_client.wire import raw_observation, robot_features
 from server_harness import make_reply
 
-from armory.engine.errors import (
+from armory.core.errors import (
     ObservationError,
     PolicyError,
     QueueStateError,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from armory.sim.metrics import RobotTally, SimReport, jain_index, make_report
+from armory.report import RobotTally, SimReport, jain_index, make_report
 from armory.sim.table import format_system
 
 

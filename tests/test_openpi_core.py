@@ -11,7 +11,7 @@ import pytest
 from armory_client import unpackb
 from server_harness import make_reply
 
-from armory.engine.errors import ObservationError, RequestError, SessionClosed
+from armory.core.errors import ObservationError, RequestError, SessionClosed
 from armory.engine.server_engine import Reply
 from armory.engine.session import Session
 from armory.transports.openpi_core import (

@@ -11,8 +11,8 @@ import pytest
 import server_harness
 from armory_client import ARMORY_KEY, packb, unpackb
 
+from armory.core.errors import DecodeError
 from armory.engine.config import ServerConfig
-from armory.engine.errors import DecodeError
 from armory.engine.server_engine import Reply
 from armory.policies.base import PolicyMetadata
 from armory.policies.mock import MockPolicyConfig

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from server_harness import make_obs
 
-from armory.engine.errors import ObservationError
-from armory.engine.latency_profile import LinearProfileConfig
+from armory.core.errors import ObservationError
+from armory.core.latency_profile import LinearProfileConfig
 from armory.policies.base import InputSpec, conform_observation, validate_observation
 from armory.policies.mock import (
     MOCK_MAX_STEP,

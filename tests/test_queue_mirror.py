@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from armory.engine.latency_profile import LatencyProfile
+from armory.core.latency_profile import LatencyProfile
 from armory.engine.queue_mirror import NO_CHUNK, QueueMirror, QueueReport, RobotLimits
 from armory.scheduling.snapshot import Snapshot
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from server_harness import make_obs
 
-from armory.engine.latency_profile import LinearProfileConfig
+from armory.core.latency_profile import LinearProfileConfig
 from armory.policies.mock import MockPolicyConfig
 from armory.policies.rtc_guidance import (
     RTC_SCHEDULES,

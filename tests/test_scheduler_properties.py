@@ -16,10 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from armory.fleet_spec import DelaySpec, FleetSpec, RobotGroup
-from armory.scheduling.fluid import robot_classes
 from armory.scheduling.just_in_time import RULES
 from armory.scheduling.registry import make_scheduler, scheduler_names
 from armory.scheduling.snapshot import Snapshot, check_batch
+from armory.sim.bound import robot_classes
 from armory.sim.fleet_family import generate_fleet
 from armory.sim.simulator import SimConfig, simulate
 

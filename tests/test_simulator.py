@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from armory.fleet_spec import DelaySpec, FleetSpec, RequestMode, RobotGroup
+from armory.report import SimReport, startup_s
 from armory.scheduling.base import Scheduler
 from armory.scheduling.registry import make_scheduler, scheduler_names
 from armory.scheduling.snapshot import Batch, InvalidBatchError, Snapshot
-from armory.sim.metrics import SimReport, startup_s
 from armory.sim.simulator import SimConfig, simulate
 
 

@@ -31,12 +31,12 @@ from armory.eval.command import Eval, EvalError
 from armory.fleet_spec import RequestMode
 from armory.policies.config import PolicyConfig, make_policy
 from armory.policies.mock import MockPolicyConfig
+from armory.report import SimReport
 from armory.scheduling.config import SchedulerConfig
 from armory.scheduling.registry import make_scheduler, rule_descriptions, scheduler_names
 from armory.sim import sweep
 from armory.sim.bound import fleet_bound
 from armory.sim.fleet_family import write_family
-from armory.sim.metrics import SimReport
 from armory.sim.simulator import SimConfig, simulate
 from armory.sim.table import format_report, format_rules, format_sweep
 from armory.transports.groot_config import GrootDoorConfig

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import yaml
 
-from armory.engine.latency_profile import LatencyProfile, LinearProfileConfig, points_for
+from armory.core.latency_profile import LatencyProfile, LinearProfileConfig, points_for
 
 RequestMode = Literal["every-tick", "threshold", "directed"]
 REQUEST_MODES: tuple[str, ...] = ("every-tick", "threshold", "directed")

@@ -37,8 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from armory.engine.decision_step import DecisionStep
-from armory.engine.errors import (
+from armory.core.errors import (
     PolicyError,
     QueueStateError,
     RequestError,
@@ -47,8 +46,9 @@ from armory.engine.errors import (
     SessionClosed,
     Superseded,
 )
+from armory.core.latency_profile import LatencyProfile
+from armory.engine.decision_step import DecisionStep
 from armory.engine.executor import BatchOutcome, Executor
-from armory.engine.latency_profile import LatencyProfile
 from armory.engine.queue_mirror import QueueMirror, check_limits, check_report
 from armory.engine.session import RequestPlan
 from armory.scheduling.base import Scheduler

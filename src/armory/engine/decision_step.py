@@ -21,8 +21,8 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from armory.core.latency_profile import LatencyProfile
 from armory.engine.fault_isolation import decide_isolating
-from armory.engine.latency_profile import LatencyProfile
 from armory.engine.queue_mirror import QueueMirror
 from armory.engine.session import BATCH_SIZE_SMOOTHING
 from armory.scheduling.base import Scheduler

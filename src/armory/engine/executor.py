@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from armory.engine.errors import PolicyError
+from armory.core.errors import PolicyError
 from armory.policies.base import Policy
 
 logger = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ A transport decodes a frame into an observation map and calls
 :meth:`ServerEngine.infer` with the robot's session; the engine splits off the
 Armory queue state, validates the observation against the policy's declared
 inputs, enters it into the mirror, waits for the batch loop to compute its chunk
-and returns a :class:`Reply`. Any :class:`~armory.engine.errors.RequestError` it
+and returns a :class:`Reply`. Any :class:`~armory.core.errors.RequestError` it
 raises concerns that robot alone.
 """
 
@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 from armory_client.wire import ARMORY_KEY, RobotState
 
+from armory.core.errors import QueueStateError, SessionClosed, Superseded
+from armory.core.latency_profile import LatencyProfile
 from armory.engine.batch_loop import BatchLoop, ChunkResult, Clock, LoopStats
 from armory.engine.config import ServerConfig
-from armory.engine.errors import QueueStateError, SessionClosed, Superseded
 from armory.engine.executor import Executor
-from armory.engine.latency_profile import LatencyProfile
 from armory.engine.session import (
     RequestPlan,
     Session,

@@ -33,9 +33,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from armory.core.errors import QueueStateError
+from armory.core.latency_profile import LatencyProfile
 from armory.engine.config import PlainClientDefaults
-from armory.engine.errors import QueueStateError
-from armory.engine.latency_profile import LatencyProfile
 from armory.engine.queue_mirror import NO_CHUNK, QueueReport, RobotLimits
 
 if TYPE_CHECKING:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 
+from armory.core.latency_profile import LinearProfileConfig
 from armory.engine.config import ServerConfig
-from armory.engine.latency_profile import LinearProfileConfig
 from armory.fleet_spec import FleetSpec
 from armory.policies.mock import MockPolicyConfig
 

@@ -7,7 +7,7 @@ observations made from the server's declared inputs in the fleet's request mode
 (every-tick, threshold or directed) and carries the robot's weight, rate and
 horizons in its ``__armory__`` state. After the run every robot is measured from
 its own ground truth (its runtime's counters, its executed actions), the server's
-batch counts come from its ``/stats``, and :func:`~armory.sim.metrics.make_report`
+batch counts come from its ``/stats``, and :func:`~armory.report.make_report`
 builds the same report ``armory simulate`` builds. The bound is computed for the
 fleet as the server serves it (:func:`served_fleet`); a server that stops answering
 during the run is :class:`ServerLost`, not a report of zeros.
@@ -37,13 +37,13 @@ from armory_client import (
     SafetyConfig,
 )
 
-from armory.engine.latency_profile import LatencyProfile
+from armory.core.latency_profile import LatencyProfile
 from armory.fleet.link import FleetClient
 from armory.fleet.observations import ObservationFactory
 from armory.fleet.robot import SyntheticRobot
 from armory.fleet.server_stats import StatsReading, read_stats
 from armory.fleet_spec import REQUEST_MODES, FleetSpec, RobotSpec
-from armory.sim.metrics import RobotTally, SimReport, make_report, startup_s
+from armory.report import RobotTally, SimReport, make_report, startup_s
 
 logger = logging.getLogger(__name__)
 
@@ -365,7 +365,7 @@ def robot_tally(
 
     The runtime counts ticks from the first chunk on; the ticks it waited for that
     chunk past ``startup_s`` after its first tick count as starved, as in the
-    simulator (:func:`armory.sim.metrics.startup_s`).
+    simulator (:func:`armory.report.startup_s`).
     """
     counted, starved = summary.num_counted_ticks, summary.num_starved_ticks
     if summary.num_chunks_applied:
@@ -373,10 +373,8 @@ def robot_tally(
         late = max(0, waited - (math.floor(startup_s * spec.control_hz) + 1))
         counted += late
         starved += late
-    return RobotTally(
-        id=spec.robot_id,
-        weight=spec.weight,
-        control_hz=spec.control_hz,
+    return RobotTally.for_robot(
+        spec,
         counted_ticks=counted,
         starved_ticks=starved,
         executed=summary.num_executed,

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from armory_client.wire import ARMORY_KEY, RobotState
 
-from armory.engine.latency_profile import LinearProfileConfig
+from armory.core.latency_profile import LinearProfileConfig
 from armory.policies.mock import MockPolicyConfig
 from armory.transports.lerobot_protocol import HELPERS
 

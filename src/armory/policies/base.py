@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from armory.engine.errors import ObservationError
+from armory.core.errors import ObservationError
 from armory.policies.jpeg import decode_jpeg
 
 __all__ = [

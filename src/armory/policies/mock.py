@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from armory.engine.latency_profile import (
+from armory.core.latency_profile import (
     LatencyProfile,
     LinearProfileConfig,
     points_for,

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from armory.engine.latency_profile import LatencyProfile
+from armory.core.latency_profile import LatencyProfile
 from armory.policies.base import InputSpec, Policy, PolicyMetadata
 from armory.policies.noise import NoiseConfig, NoiseTicket, make_noise
 from armory.workers import wire

@@ -11,10 +11,13 @@ it; on GPU-bound fleets none does).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from armory.engine.latency_profile import LatencyProfile
+import numpy as np
+
+from armory.core.latency_profile import LatencyProfile
 from armory.fleet_spec import FleetSpec, RobotSpec
-from armory.scheduling.fluid import robot_classes
+from armory.scheduling.fluid import FluidSolution, solve_fluid
 
 
 def starvation_bound(
@@ -55,3 +58,41 @@ def _least_starvation(
     solution = classes.solve(profile.table(max_batch_size)[1:], expected_ticks=expected_ticks)
     executed = float(classes.count @ solution.actions_per_s)
     return max(0.0, 1.0 - executed / float(classes.count @ classes.control_hz))
+
+
+@dataclass(frozen=True)
+class RobotClasses:
+    """Robots grouped by (rate, max horizon, smallest round-trip delay, weight)."""
+
+    control_hz: np.ndarray
+    max_execution_horizon: np.ndarray
+    delay_s: np.ndarray
+    weight: np.ndarray
+    count: np.ndarray
+
+    def solve(self, latency_s: np.ndarray, **options: object) -> FluidSolution:
+        """:func:`solve_fluid` over the classes (``options`` as there)."""
+        return solve_fluid(
+            self.control_hz,
+            self.max_execution_horizon,
+            self.delay_s,
+            latency_s,
+            count=self.count,
+            **options,  # type: ignore[arg-type]
+        )
+
+
+def robot_classes(robots: Sequence[RobotSpec]) -> RobotClasses:
+    """Group interchangeable robots, in order of first appearance."""
+    counts: dict[tuple[float, int, float, float], int] = {}
+    for r in robots:
+        key = (r.control_hz, r.max_execution_horizon, r.uplink.min_s + r.downlink.min_s, r.weight)
+        counts[key] = counts.get(key, 0) + 1
+    keys = np.array(list(counts), dtype=np.float64).reshape(-1, 4)
+    return RobotClasses(
+        control_hz=keys[:, 0],
+        max_execution_horizon=keys[:, 1],
+        delay_s=keys[:, 2],
+        weight=keys[:, 3],
+        count=np.array(list(counts.values()), dtype=np.float64),
+    )

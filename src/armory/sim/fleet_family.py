@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from armory.engine.latency_profile import PRESET_POINTS, LatencyProfile
+from armory.core.latency_profile import PRESET_POINTS, LatencyProfile
 from armory.fleet_spec import REQUEST_MODES, DelaySpec, FleetSpec, RobotGroup, fleet_to_dict
 
 FAMILIES: tuple[str, ...] = ("mixed",)

@@ -26,8 +26,9 @@ from armory.engine.decision_step import DecisionStep
 from armory.engine.queue_mirror import QueueMirror, QueueReport, RobotLimits
 from armory.engine.session import directed_lead_s, directed_send_index
 from armory.fleet_spec import DelaySpec, FleetSpec
+from armory.report import SimReport, startup_s
 from armory.scheduling.base import Scheduler
-from armory.sim.metrics import SimReport, build_report, startup_s
+from armory.sim.metrics import build_report
 from armory.sim.robot import SimRobot
 
 

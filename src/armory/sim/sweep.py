@@ -60,7 +60,7 @@ class SweepRun:
     weighted_throughput: float
     jain_service: float
     """Fairness: Jain's index over per-robot service, 1 - starvation (see
-    :class:`~armory.sim.metrics.SystemMetrics`)."""
+    :class:`~armory.report.SystemMetrics`)."""
     mean_batch_size: float
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from armory.sim.metrics import SimReport
+from armory.report import SimReport
 
 if TYPE_CHECKING:
     from armory.sim.sweep import SweepCell

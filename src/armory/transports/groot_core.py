@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from armory.engine.errors import ObservationError, RequestError, SessionClosed
+from armory.core.errors import ObservationError, RequestError, SessionClosed
 from armory.engine.server_engine import Reply, ServerEngine
 from armory.engine.session import Session
 from armory.transports.groot_adapter import GrootAdapter, MappedObservation, StreamNames

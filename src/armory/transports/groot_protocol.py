@@ -23,7 +23,7 @@ import msgpack
 import numpy as np
 from armory_client.wire import CodecError, unpackb
 
-from armory.engine.errors import public_text
+from armory.core.errors import public_text
 
 Encoding = Literal["n1.6", "n1.5"]
 ENCODINGS: tuple[str, ...] = ("auto", "n1.6", "n1.5")

@@ -26,7 +26,7 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from armory.engine.errors import ObservationError
+from armory.core.errors import ObservationError
 from armory.engine.server_engine import ServerEngine
 from armory.transports.base import Transport
 from armory.transports.groot_config import GrootDoorConfig

@@ -20,7 +20,7 @@ from typing import Any
 
 from armory_client.wire import ARMORY_KEY, RobotState
 
-from armory.engine.errors import ObservationError, QueueStateError, RequestError, ServerClosing
+from armory.core.errors import ObservationError, QueueStateError, RequestError, ServerClosing
 from armory.engine.server_engine import Reply
 from armory.engine.session import Session
 from armory.policies.base import PolicyMetadata, conform_observation

@@ -42,7 +42,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from armory.engine.errors import RequestError, SessionClosed
+from armory.core.errors import RequestError, SessionClosed
 from armory.engine.server_engine import ServerEngine
 from armory.engine.session import Session
 from armory.policies.base import PolicyMetadata

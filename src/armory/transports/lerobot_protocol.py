@@ -30,7 +30,7 @@ import numpy as np
 from armory_client.image_prep import resize_with_pad
 from armory_client.wire.queue_state import MAX_EXECUTION_HORIZON, MAX_INDEX, MIN_CONTROL_HZ
 
-from armory.engine.errors import ObservationError
+from armory.core.errors import ObservationError
 from armory.policies.base import InputSpec
 from armory.transports.safe_unpickle import (
     NUMPY_GLOBALS,

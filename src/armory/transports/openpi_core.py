@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from armory.engine.errors import RequestError, SessionClosed
+from armory.core.errors import RequestError, SessionClosed
 from armory.engine.server_engine import AcceptedRequest, Reply, ServerEngine
 from armory.engine.session import Session
 from armory.transports.openpi_protocol import encode_reply

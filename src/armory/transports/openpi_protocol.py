@@ -14,8 +14,8 @@ from typing import Any
 
 from armory_client.wire import ARMORY_KEY, WIRE_VERSION, CodecError, ReplyState, packb, unpackb
 
+from armory.core.errors import DecodeError
 from armory.engine.config import ServerConfig
-from armory.engine.errors import DecodeError
 from armory.engine.server_engine import Reply
 from armory.policies.base import PolicyMetadata
 

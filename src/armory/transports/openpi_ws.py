@@ -28,7 +28,7 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
-from armory.engine.errors import RequestError, SessionClosed
+from armory.core.errors import RequestError, SessionClosed
 from armory.engine.server_engine import ServerEngine
 from armory.engine.session import Session
 from armory.transports import http

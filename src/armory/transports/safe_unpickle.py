@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from armory.engine.errors import public_text
+from armory.core.errors import public_text
 
 __all__ = [
     "NUMPY_GLOBALS",

@@ -16,7 +16,7 @@ from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from armory.engine.errors import RequestError
+from armory.core.errors import RequestError
 from armory.engine.session import Session
 
 K = TypeVar("K", bound=Hashable)

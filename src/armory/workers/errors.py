@@ -1,6 +1,6 @@
 """Worker failures as the server sees them (server side only).
 
-A failure during a batch is a :class:`~armory.engine.errors.PolicyError`: the executor
+A failure during a batch is a :class:`~armory.core.errors.PolicyError`: the executor
 sends its message to every robot of that batch (and nobody else) without retrying,
 and the supervisor restarts the worker. A failure at start-up is a
 :class:`WorkerStartError`, raised by the policy's ``make()`` before the server listens.
@@ -16,7 +16,7 @@ RuntimeError
 
 from __future__ import annotations
 
-from armory.engine.errors import PolicyError
+from armory.core.errors import PolicyError
 
 
 class WorkerFailed(PolicyError):

@@ -150,11 +150,6 @@ def array_ref(array: np.ndarray, offset: int) -> ArrayRef:
     return {"dtype": array.dtype.str, "shape": list(array.shape), "offset": offset}
 
 
-def ref_nbytes(ref: ArrayRef) -> int:
-    """Bytes the referenced array occupies."""
-    return int(np.dtype(ref["dtype"]).itemsize * int(np.prod(ref["shape"], dtype=np.int64)))
-
-
 def view_array(buffer: memoryview | bytearray, ref: ArrayRef) -> np.ndarray:
     """A zero-copy numpy view of the referenced array in ``buffer``; WireError when it
     does not fit or names a refused dtype."""

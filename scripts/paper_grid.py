@@ -1,14 +1,19 @@
-"""The Armory paper's fleet grid, shipped as files under configs/fleets/paper/.
+"""Write the Armory paper's fleet grid, the files under configs/fleets/paper/.
 
 Robots run at 20 Hz with an action horizon of 10 and a max batch of 5. A normal
 robot executes at most 10 actions per chunk; a fast one at most 6. Fleets of 2,
 4, 6, 8 and 10 robots come as homogeneous (all normal), one-fast (one fast robot)
 and half-fast (half of them fast), with the fast robots weighted 1, 3 or 5, under
 each of the two pi0.5 profiles.
+
+    python scripts/paper_grid.py [DIRECTORY]   # default: configs/fleets/paper
+
+tests/test_fleet_spec.py checks that the shipped files are exactly this grid.
 """
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import yaml
@@ -74,3 +79,16 @@ def write_paper_grid(directory: Path) -> list[Path]:
         path.write_text(yaml.safe_dump(fleet_to_dict(fleet), sort_keys=False))
         paths.append(path)
     return paths
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    default = Path(__file__).resolve().parents[1] / "configs" / "fleets" / "paper"
+    parser.add_argument("directory", nargs="?", type=Path, default=default)
+    args = parser.parse_args()
+    paths = write_paper_grid(args.directory)
+    print(f"wrote {len(paths)} fleet files to {args.directory}")
+
+
+if __name__ == "__main__":
+    main()
