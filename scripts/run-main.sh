@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/pip install -q -e '.[dev]' -e 'packages/armory-client[dev]'
+.venv/bin/pip install -q -e 'packages/armory-client[dev]' -e '.[dev]'
 
 port=$(.venv/bin/python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 # The server computes as the fleet file says the GPU does: max batch 8, a forward pass

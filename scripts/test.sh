@@ -5,14 +5,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] || python3 -m venv .venv
+# Armory declares armory-client as a dependency; naming the local package beside it
+# lets pip resolve it from the repository. Two tests install each package alone into
+# an empty venv and run it (tests/test_install_alone.py, the client's
+# test_armory_client_install.py).
 client=packages/armory-client
-installs=(-e '.[dev]')
-suites=(tests)
-if [ -d "$client" ]; then
-  installs+=(-e "$client[dev]")
-  if [ -d "$client/tests" ]; then suites+=("$client/tests"); fi
-fi
-.venv/bin/pip install -q "${installs[@]}"
+.venv/bin/pip install -q -e "$client[dev]" -e '.[dev]'
+suites=(tests "$client/tests")
 # The unmodified PyPI openpi-client (0.1.2 needs numpy<2) lives in its own venv for the
 # compatibility test (tests/test_openpi_server_upstream.py). Created once; if it cannot be
 # installed (e.g. offline), that test is skipped with the reason.
