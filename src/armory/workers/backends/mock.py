@@ -22,9 +22,6 @@ import numpy as np
 
 from armory.workers.backends.base import Backend, BackendInfo
 
-FAULTS = ("crash", "exit", "hang", "raise")
-"""Values of the fault input the mock acts on."""
-
 
 def make_backend(options: dict[str, Any]) -> MockBackend:
     return MockBackend(**options)
