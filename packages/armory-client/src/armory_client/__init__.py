@@ -1,8 +1,9 @@
 """armory-client: the robot side of Armory, an openpi-compatible policy client.
 
-`PolicyClient` / `AsyncPolicyClient` speak the openpi WebSocket protocol with the
-byte-compatible msgpack-numpy codec in `codec`; `RobotState` is the queue state an
-Armory client attaches to each observation under `ARMORY_KEY`, `ReplyState` what an
+`PolicyClient` / `AsyncPolicyClient` speak the openpi WebSocket protocol. What robot
+and server must agree on is the subpackage `wire`, which an Armory server imports
+too: the byte-compatible msgpack-numpy codec; `RobotState`, the queue state an
+Armory client attaches to each observation under `ARMORY_KEY`; `ReplyState`, what an
 Armory server answers under the same key. `RobotRuntime` plays an `ActionQueue` at
 the robot's control rate and requests chunks in one of the `REQUEST_MODES`.
 `merge` holds the chunk merge rules (`MERGE_RULES`, real-time chunking),
