@@ -9,6 +9,7 @@ each request it sent.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import queue
 import subprocess
 import sys
@@ -124,6 +125,20 @@ def running_server(
         yield thread
     finally:
         thread.stop()
+
+
+class LeRobotCheckpointMock(MockPolicy):
+    """The mock, declaring itself LeRobot's ``act`` served from the folder ``checkpoint``
+    (what a ``policy:lerobot --policy.path`` declares)."""
+
+    def __init__(self, config: MockPolicyConfig, checkpoint: str) -> None:
+        super().__init__(config)
+        self.checkpoint = checkpoint
+
+    @property
+    def metadata(self) -> PolicyMetadata:
+        extra = {"lerobot_type": "act", "lerobot_checkpoint": self.checkpoint}
+        return dataclasses.replace(super().metadata, name="lerobot-act", extra=extra)
 
 
 class GatedPolicy(Policy):

@@ -25,11 +25,12 @@ from lerobot_client.wire import (
     raw_observation,
     robot_features,
 )
-from server_harness import FAST_LINEAR
+from server_harness import FAST_LINEAR, LeRobotCheckpointMock
 
 from armory.engine.config import ServerConfig
 from armory.policies.mock import MockPolicy, MockPolicyConfig, mock_actions
 from armory.serve import ArmoryServer, ServerThread
+from armory.transports.lerobot_core import names_checkpoint
 from armory.transports.lerobot_grpc import UNSAFE_PICKLE_OPTION, LeRobotDoorConfig, mismatch
 from armory.transports.lerobot_protocol import (
     CHUNK_BYTES,
@@ -320,6 +321,58 @@ def test_another_policy_type_than_the_served_one_is_refused() -> None:
     assert "serves the LeRobot policy type 'act' ('lerobot-act'), not 'diffusion'" in refusal
     assert mismatch(decode_instructions(instructions(FEATURES)), served) is None
     assert mismatch(asked, mock) is None
+
+
+CHECKPOINT = "/srv/checkpoints/models--user--act_cube/snapshots/0a1b2c"
+
+
+def test_another_checkpoint_than_the_served_one_is_refused_over_the_door() -> None:
+    """A robot asking for another checkpoint is refused at SendPolicyInstructions with
+    what is served (and its observations are refused); the served directory, its last folders or
+    its hub repository id are accepted; the operator can allow any."""
+    config = MockPolicyConfig(latency_profile="linear", linear=FAST_LINEAR, state_dim=6)
+    policy = LeRobotCheckpointMock(config, CHECKPOINT)
+    other = instructions(FEATURES, pretrained_name_or_path="user/act_towel")
+    with lerobot_server(policy) as (thread, _), AsyncInferenceClient(door_port(thread)) as client:
+        client.ready()
+        with pytest.raises(grpc.RpcError) as refused:
+            client.send_instructions(other)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        details = refused.value.details()
+        assert f"serves the LeRobot checkpoint {CHECKPOINT!r} ('lerobot-act')" in details
+        assert "not 'user/act_towel'" in details
+        assert "--lerobot.allow-mismatched-policy" in details
+        raw = raw_observation(1, JOINTS, CAMERAS)
+        with pytest.raises(grpc.RpcError) as not_instructed:
+            client.send_observation(TimedObservation(0.0, 0, raw))
+        assert not_instructed.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        for name in ("user/act_cube", "snapshots/0a1b2c", CHECKPOINT, CHECKPOINT + "/"):
+            client.send_instructions(instructions(FEATURES, pretrained_name_or_path=name))
+        client.send_observation(TimedObservation(0.0, 0, raw))
+        assert len(decode_actions(fetch(client))) == 10
+    allowed = lerobot_server(policy, allow_mismatched_policy=True)
+    with allowed as (thread, _), AsyncInferenceClient(door_port(thread)) as client:
+        client.ready()
+        client.send_instructions(other)
+
+
+@pytest.mark.parametrize(
+    ("asked", "served", "named"),
+    [
+        ("act_cube", "/ckpt/user/act_cube", True),
+        ("user/act_cube", "/ckpt/user/act_cube", True),
+        ("./act_cube/", "/ckpt/user/act_cube", True),
+        ("/ckpt/user/act_cube", "/ckpt/user/act_cube", True),
+        ("other/act_cube", "/ckpt/user/act_cube", False),
+        ("cube", "/ckpt/user/act_cube", False),
+        ("", "/ckpt/user/act_cube", False),
+        ("/", "/ckpt/user/act_cube", False),
+        ("user/act_cube", "/hf/hub/models--user--act_cube/snapshots/abc", True),
+        ("user/act_towel", "/hf/hub/models--user--act_cube/snapshots/abc", False),
+    ],
+)
+def test_which_names_name_the_served_checkpoint(asked: str, served: str, named: bool) -> None:
+    assert names_checkpoint(asked, served) is named
 
 
 @pytest.mark.parametrize(

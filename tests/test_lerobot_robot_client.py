@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from server_harness import FAST_LINEAR
+from server_harness import FAST_LINEAR, LeRobotCheckpointMock
 
 from armory.engine.config import ServerConfig
 from armory.engine.server_engine import EngineStats
@@ -28,15 +28,27 @@ needs_lerobot = pytest.mark.skipif(
 )
 
 
+CHECKPOINT = "/srv/checkpoints/user/act_cube"
+
+
 def _run_robot_client(
-    tmp_path: Path, seconds: float, *, action_dim: int = 7, **door_options: Any
+    tmp_path: Path,
+    seconds: float,
+    *,
+    action_dim: int = 7,
+    checkpoint: str | None = None,
+    client_args: tuple[str, ...] = (),
+    **door_options: Any,
 ) -> tuple[subprocess.CompletedProcess[str], EngineStats]:
-    """LeRobot's RobotClient for ``seconds`` against a server whose only door is the
-    LeRobot one (pickle on, key ``fleet-key``, ``door_options``) and a mock policy for 7
-    joints with ``action_dim`` values per action; its output and the engine's counters."""
-    policy = MockPolicyConfig(
+    """LeRobot's RobotClient (``client_args`` added to its command line) for ``seconds``
+    against a server whose only door is the LeRobot one (pickle on, key ``fleet-key``,
+    ``door_options``) and a mock policy for 7 joints with ``action_dim`` values per
+    action (declaring itself LeRobot's act from ``CHECKPOINT`` if ``checkpoint``); its
+    output and the engine's counters."""
+    config = MockPolicyConfig(
         latency_profile="linear", linear=FAST_LINEAR, state_dim=7, action_dim=action_dim
-    ).make()
+    )
+    policy = LeRobotCheckpointMock(config, CHECKPOINT) if checkpoint else config.make()
     door = LeRobotDoorConfig(port=0, allow_unsafe_pickle_on_untrusted_networks=True, **door_options)
     server = ArmoryServer(
         policy,
@@ -57,6 +69,7 @@ def _run_robot_client(
                     str(seconds),
                     "--calibration-dir",
                     str(tmp_path / "calibration"),
+                    *client_args,
                 ],
                 capture_output=True,
                 text=True,
@@ -109,3 +122,26 @@ def test_unmodified_lerobot_robot_client_is_told_when_actions_are_too_short(
     assert "actions of 6 values but the robot has 7 joints" in out.stderr
     assert "IndexError" not in out.stderr
     assert stats.num_replies == 0
+
+
+@needs_lerobot
+def test_unmodified_lerobot_robot_client_asking_for_another_checkpoint_is_refused(
+    tmp_path: Path,
+) -> None:
+    """The robot asks for pretrained_name_or_path 'armory/mock' from a server of the
+    checkpoint /srv/checkpoints/user/act_cube: its SendPolicyInstructions fails naming
+    what is served, before any observation; asking for 'user/act_cube' it runs."""
+    allow = ("127.0.0.1/32",)
+    out, stats = _run_robot_client(tmp_path, 1, checkpoint=CHECKPOINT, allowed_networks=allow)
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1])["started"] is False
+    assert f"serves the LeRobot checkpoint {CHECKPOINT!r}" in out.stderr
+    assert "not 'armory/mock'" in out.stderr
+    assert stats.num_replies == 0
+    named = ("--pretrained-name-or-path", "user/act_cube")
+    out, stats = _run_robot_client(
+        tmp_path, 2, checkpoint=CHECKPOINT, client_args=named, allowed_networks=allow
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1])["started"] is True
+    assert stats.num_errors == 0 and stats.num_replies >= 1

@@ -36,13 +36,14 @@ def main() -> int:
     parser.add_argument("--actions-per-chunk", type=int, default=10)
     parser.add_argument("--aggregate", default="latest_only", help="aggregate_fn_name")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--pretrained-name-or-path", default="armory/mock")
     parser.add_argument("--calibration-dir", type=Path, required=True)
     args = parser.parse_args()
     robot = ArmoryMockRobotConfig(id=f"mock{args.seed}", seed=args.seed)
     robot.calibration_dir = args.calibration_dir
     config = RobotClientConfig(
         policy_type="act",
-        pretrained_name_or_path="armory/mock",
+        pretrained_name_or_path=args.pretrained_name_or_path,
         robot=robot,
         actions_per_chunk=args.actions_per_chunk,
         task="pick up the cube",

@@ -69,8 +69,15 @@ def robot_features(joints: list[str], cameras: dict[str, tuple[int, int, int]]) 
     return features
 
 
-def instructions(features: dict, *, actions_per_chunk: int = 10, policy_type: str = "act") -> bytes:
-    return pickle.dumps(RemotePolicyConfig(policy_type, "user/model", features, actions_per_chunk))
+def instructions(
+    features: dict,
+    *,
+    actions_per_chunk: int = 10,
+    policy_type: str = "act",
+    pretrained_name_or_path: str = "user/model",
+) -> bytes:
+    config = RemotePolicyConfig(policy_type, pretrained_name_or_path, features, actions_per_chunk)
+    return pickle.dumps(config)
 
 
 def raw_observation(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Any
 
 from armory_client.wire import ARMORY_KEY, RobotState
@@ -40,6 +41,8 @@ logger = logging.getLogger("armory.transports.lerobot_grpc")
 """The door's logger: its lines keep the name they are filtered by."""
 
 INTERNAL = "internal server error; the server log has the details"
+ALLOW_MISMATCH = "(or the operator allows it with --lerobot.allow-mismatched-policy)"
+"""How a refused robot is told that the operator can serve it anyway."""
 NO_INSTRUCTIONS = (
     "no policy instructions from this robot yet: call SendPolicyInstructions after Ready, "
     "on the same channel"
@@ -291,18 +294,27 @@ def mismatch(instructions: PolicyInstructions, meta: PolicyMetadata) -> str | No
     """Why the served policy cannot serve a robot with these instructions, or None.
 
     Called at SendPolicyInstructions (unless ``--lerobot.allow-mismatched-policy``): a
-    robot asking for another LeRobot policy type than the served one would silently get
-    the served one's actions; a robot with more joints than an action has values would
-    fail later inside LeRobot's client, which plays action value i on joint i of its
-    ``action_features`` (its ``observation.state`` names, for LeRobot's robots). A served
-    policy that is not a LeRobot policy (``policy:mock``) has no type to compare.
+    robot asking for another LeRobot policy type or checkpoint than the served one would
+    silently get the served one's actions; a robot with more joints than an action has
+    values would fail later inside LeRobot's client, which plays action value i on joint
+    i of its ``action_features`` (its ``observation.state`` names, for LeRobot's robots).
+    A served policy that is not a LeRobot policy (``policy:mock``) has no type to
+    compare, and one built from scratch (``--policy.random-weights``) no checkpoint.
     """
     served_type = meta.extra.get("lerobot_type")
     if isinstance(served_type, str) and instructions.policy_type != served_type:
         return (
             f"this server serves the LeRobot policy type {served_type!r} ({meta.name!r}), "
             f"not {instructions.policy_type!r}: set the robot's policy_type={served_type!r} "
-            "(or the operator allows it with --lerobot.allow-mismatched-policy)"
+            f"{ALLOW_MISMATCH}"
+        )
+    served_path = meta.extra.get("lerobot_checkpoint")
+    asked_path = instructions.pretrained_name_or_path
+    if isinstance(served_path, str) and not names_checkpoint(asked_path, served_path):
+        return (
+            f"this server serves the LeRobot checkpoint {served_path!r} ({meta.name!r}), "
+            f"not {asked_path!r}: set the robot's pretrained_name_or_path to that directory "
+            f"or its last folders (e.g. {PurePosixPath(served_path).name!r}) {ALLOW_MISMATCH}"
         )
     state = instructions.features.get("observation.state")
     joints = state.get("names") if isinstance(state, Mapping) else None
@@ -310,10 +322,24 @@ def mismatch(instructions: PolicyInstructions, meta: PolicyMetadata) -> str | No
         return (
             f"the served policy {meta.name!r} returns actions of {meta.action_dim} values but "
             f"the robot has {len(joints)} joints {list(joints)}: LeRobot's client would run "
-            "out of action values (or the operator allows it with "
-            "--lerobot.allow-mismatched-policy)"
+            f"out of action values {ALLOW_MISMATCH}"
         )
     return None
+
+
+def names_checkpoint(asked: str, served: str) -> bool:
+    """Whether a robot's ``pretrained_name_or_path`` names the served checkpoint directory:
+    the same path, its last folders (``act_cube``, ``user/act_cube`` for
+    ``/ckpt/user/act_cube``), or the Hugging Face repository id of a hub cache snapshot
+    (``user/act_cube`` for ``.../models--user--act_cube/snapshots/<hash>``)."""
+    asked_parts = PurePosixPath(asked.strip()).parts
+    served_parts = PurePosixPath(served).parts
+    if not asked_parts or asked_parts == ("/",):
+        return False
+    if asked_parts == served_parts[-len(asked_parts) :]:
+        return True
+    hub = [part for part in served_parts if part.startswith("models--")]
+    return bool(hub) and asked.strip() == hub[-1].removeprefix("models--").replace("--", "/")
 
 
 def _log_instructions(

@@ -119,8 +119,8 @@ class LeRobotDoorConfig:
     """How a raw robot observation becomes the policy's inputs."""
     allow_mismatched_policy: bool = False
     """Serve robots whose instructions do not match the served policy: another LeRobot
-    policy type, or more joints than the policy's actions have values. Off: such a robot
-    is refused at SendPolicyInstructions, told what is served."""
+    policy type or checkpoint, or more joints than the policy's actions have values. Off:
+    such a robot is refused at SendPolicyInstructions, told what is served."""
     # Timeouts
     actions_wait_s: float = 2.0
     """Longest a ``GetActions`` call waits for a chunk before answering empty (upstream's

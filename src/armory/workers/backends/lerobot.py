@@ -59,6 +59,15 @@ NOISE_SHAPES: dict[str, Callable[[Any], tuple[int, int]]] = {
 """Per-sample noise shape of the types whose ``predict_action_chunk`` takes ``noise``."""
 
 
+def _identity(policy_type: str, path: str | None, device: Any) -> dict[str, str]:
+    """The metadata entries naming what is served: the LeRobot type, the checkpoint
+    directory (absent for a model built from scratch) and the device."""
+    identity = {"lerobot_type": policy_type, "device": str(device)}
+    if path:
+        identity["lerobot_checkpoint"] = path
+    return identity
+
+
 def make_backend(options: dict[str, Any]) -> LeRobotBackend:
     try:
         import lerobot  # noqa: F401
@@ -120,7 +129,7 @@ class LeRobotBackend(Backend):
             action_dim=int(probe.shape[2]),
             inputs=self._inputs,
             noise_shape=self._noise_shape,
-            extra={"lerobot_type": self.config.type, "device": str(self._device)},
+            extra=_identity(self.config.type, path, self._device),
         )
 
     def info(self) -> BackendInfo:
