@@ -120,3 +120,39 @@ def groot_observation(
     if task is not None:
         flat["annotation.human.task_description"] = [task]
     return flat
+
+
+# ---- the upstream clients' own flows, as their sources define them -------------------
+
+
+def n15_service_flow(client: GrootClient, values: dict[str, Any]) -> dict[str, Any]:
+    """Isaac-GR00T N1.5's client flow (scripts/inference_service.py --client): ask the
+    modality config first and list its modalities, then one get_action with the flat
+    observation; the action map comes back. ``values``: every flat stream the robot has."""
+    configs = client.get_modality_config()
+    assert set(configs) >= {"video", "state", "action"}
+    return client.get_action(values)
+
+
+def n16_open_loop_flow(client: GrootClient, values: dict[str, Any]) -> tuple[Any, Any]:
+    """Isaac-GR00T N1.6's open-loop evaluation (gr00t/eval/open_loop_eval.py): ask the
+    modality config first, build the nested observation from its ``modality_keys``
+    (streams ``video.<key>`` and ``state.<key>`` given a batch axis, the language key
+    as ``[[text]]``), get ``(action, info)`` and read each action key of the config.
+    ``values``: every flat stream the robot has, named as N1.5 names them."""
+    configs = client.get_modality_config()
+    obs: dict[str, dict[str, Any]] = {}
+    for modality in ("video", "state", "language"):
+        obs[modality] = {}
+        for key in configs[modality]["modality_keys"]:
+            value = values[key if modality == "language" else f"{modality}.{key}"]
+            obs[modality][key] = [value] if modality == "language" else value[None]
+    action, info = client.get_action(obs)
+    return {key: action[key] for key in configs["action"]["modality_keys"]}, info
+
+
+def n16_rollout_flow(client: GrootClient, observations: list[dict[str, Any]]) -> list[Any]:
+    """Isaac-GR00T N1.6's simulation rollout (gr00t/eval/rollout_policy.py): reset the
+    policy, then one get_action per step; the action maps in order."""
+    client.reset()
+    return [client.get_action(obs)[0] for obs in observations]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import msgpack
@@ -134,14 +135,32 @@ def test_the_modality_config_follows_the_encoding_robots_use() -> None:
 
 
 def test_reset_starts_the_robot_afresh() -> None:
-    """reset closes the robot's session; its next request opens a new one."""
+    """reset closes the robot's session and opens a new one (an empty queue), keeping the
+    encoding and streams the robot revealed."""
     core = make_core()
-    first = core.receive(A, action_request("n1.6"), 0.0)
+    first = core.receive(A, action_request("n1.5"), 0.0)
     assert isinstance(first, ActionCall)
     assert answer(core, A, request("reset")) == {"status": "ok", "message": "reset"}
-    assert first.session.closed and len(core.robots) == 0
-    second = core.receive(A, action_request("n1.6"), 1.0)
+    assert first.session.closed and len(core.robots) == 1
+    core.receive(B, action_request("n1.6"), 0.5)  # the door's last encoding is now N1.6
+    configs = answer(core, A, request("get_modality_config"))
+    video = json.loads(configs["video"]["as_json"])  # N1.5's form, the robot's streams
+    assert video["modality_keys"] == ["video.front", "video.wrist"]
+    second = core.receive(A, action_request("n1.5"), 1.0)
     assert isinstance(second, ActionCall) and second.session is not first.session
+
+
+def test_an_n16_reset_reveals_the_robots_encoding() -> None:
+    """Only N1.6's client has reset, sent as {"options": ...}: a robot whose first request
+    is that reset gets its config in N1.6 form although the door last heard N1.5; a reset
+    of another shape reveals nothing (the door's last encoding answers)."""
+    core = make_core()
+    core.receive(B, action_request("n1.5"), 0.0)
+    answer(core, b"robot-c", request("reset"))
+    configs = answer(core, b"robot-c", request("get_modality_config"))
+    assert isinstance(configs["video"]["as_json"], str)
+    answer(core, A, request("reset", {"options": None}))
+    assert isinstance(answer(core, A, request("get_modality_config"))["video"]["as_json"], dict)
 
 
 def test_a_robot_unheard_of_past_the_session_timeout_is_forgotten() -> None:

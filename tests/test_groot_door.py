@@ -10,7 +10,13 @@ from contextlib import contextmanager
 import msgpack
 import numpy as np
 import pytest
-from groot_client import GrootClient, groot_observation
+from groot_client import (
+    GrootClient,
+    groot_observation,
+    n15_service_flow,
+    n16_open_loop_flow,
+    n16_rollout_flow,
+)
 from server_harness import armory_serve, expected_actions, make_mock, make_obs
 
 from armory.engine.config import ServerConfig
@@ -231,6 +237,56 @@ def test_n15_call_order_builds_its_request_from_the_config() -> None:
         reply = client.get_action({key: values[key] for key in keys})
     (action_key,) = config["action"]["modality_keys"]
     np.testing.assert_array_equal(reply[action_key], expected_actions(policy, obs))
+
+
+NAMED = GrootLayout(
+    cameras=("front=observation/image", "wrist=observation/wrist_image"), state=("arm", "gripper")
+)
+"""A layout naming the streams of :func:`groot_observation`."""
+
+
+def test_n16_flows_work_on_a_fresh_door_under_auto() -> None:
+    """N1.6's open-loop evaluation (config first, observation built from its keys) and
+    its rollout (reset, then get_action) against a door that has heard no robot yet."""
+    policy = make_mock()
+    with groot_server(policy, layout=NAMED) as (_, port):
+        obs = make_obs(2, prompt="stack")
+        with GrootClient(port) as client:
+            actions, info = n16_open_loop_flow(client, groot_observation(obs, "n1.5", "stack"))
+        np.testing.assert_array_equal(actions["joints"][0], expected_actions(policy, obs))
+        assert info["policy"] == "mock"
+        steps = [make_obs(3, step) for step in range(3)]
+        with GrootClient(port) as client:
+            chunks = n16_rollout_flow(client, [groot_observation(o, "n1.6") for o in steps])
+        for chunk, step in zip(chunks, steps, strict=True):
+            np.testing.assert_array_equal(chunk["joints"][0], expected_actions(policy, step))
+
+
+def test_n15_flow_under_auto_needs_the_door_to_have_heard_n15() -> None:
+    """N1.5's own flow asks for the config first, with the bytes N1.6's client sends and
+    no reply both decode (docs/groot.md): on a fresh door, or one whose last robot spoke
+    N1.6 (a get_action or a reset), its client cannot decode the N1.6 answer; once the
+    door has heard an N1.5 get_action, and from the start with --groot.encoding n1.5,
+    the flow runs."""
+    policy = make_mock()
+    obs = make_obs(6, prompt="stack")
+    values = groot_observation(obs, "n1.5", "stack")
+    with groot_server(policy, layout=NAMED) as (_, port):
+        with GrootClient(port, encoding="n1.5") as fresh, pytest.raises(TypeError):
+            n15_service_flow(fresh, values)
+        with GrootClient(port, encoding="n1.5") as other:
+            assert "action.joints" in other.get_action(values)  # an N1.5 robot acting first
+        with GrootClient(port, encoding="n1.5") as client:
+            reply = n15_service_flow(client, values)
+        np.testing.assert_array_equal(reply["action.joints"], expected_actions(policy, obs))
+        with GrootClient(port) as n16:
+            n16.reset()  # an N1.6 robot starting its rollout
+        with GrootClient(port, encoding="n1.5") as late, pytest.raises(TypeError):
+            n15_service_flow(late, values)
+    forced = groot_server(policy, layout=NAMED, encoding="n1.5")
+    with forced as (_, port), GrootClient(port, encoding="n1.5") as client:
+        reply = n15_service_flow(client, values)
+    np.testing.assert_array_equal(reply["action.joints"], expected_actions(policy, obs))
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS)

@@ -32,6 +32,7 @@ from armory.transports.groot_protocol import (
     encode_reply,
     error_reply,
     get_action_parts,
+    reset_encoding,
 )
 from armory.transports.sessions import SessionRegistry
 
@@ -53,7 +54,7 @@ class GrootRobot:
 
     session: Session
     encoding: Encoding | None = None
-    """The encoding of its last get_action (None before its first)."""
+    """The encoding it revealed: by its last get_action, or an N1.6 ``reset`` (None before)."""
     streams: StreamNames | None = None
     """The streams of its last get_action, as get_modality_config lists them."""
 
@@ -116,7 +117,7 @@ class GrootDoorCore:
             idle_timeout_s=config.session_timeout_s,
         )
         self._last_encoding: Encoding = "n1.6"
-        """The encoding of the door's last get_action, from any robot (see _encoding)."""
+        """The encoding the door last heard a robot reveal (see _encoding)."""
 
     def receive(
         self, identity: bytes, request: GrootRequest, received_s: float
@@ -138,20 +139,26 @@ class GrootDoorCore:
             return Answer(
                 encode_reply({"status": "ok", "message": "Server is shutting down"}), kill=True
             )
-        robot = self.robots.robot(identity, peer=f"zmq:{identity.hex()}", now_s=received_s)
+        peer = f"zmq:{identity.hex()}"
+        if endpoint == "reset":
+            # A new episode: the robot's queue starts empty; what it revealed of itself stays.
+            before = self.robots.get(identity)
+            self.robots.close(identity, "it reset")
+            robot = self.robots.robot(identity, peer=peer, now_s=received_s)
+            if before is not None:
+                robot.encoding, robot.streams = before.encoding, before.streams
+            robot.encoding = self._heard(reset_encoding(request.data)) or robot.encoding
+            return Answer(encode_reply({"status": "ok", "message": "reset"}))
+        robot = self.robots.robot(identity, peer=peer, now_s=received_s)
         if endpoint == "get_modality_config":
             configs = self.adapter.modality_configs(self._encoding(robot), robot.streams)
             return Answer(encode_reply(configs))
-        if endpoint == "reset":
-            # A new episode: the robot's queue starts empty.
-            self.robots.close(identity, "it reset")
-            return Answer(encode_reply({"status": "ok", "message": "reset"}))
         if endpoint != "get_action":
             raise GrootProtocolError(
                 f"Unknown endpoint: {endpoint!r}; valid: {', '.join(ENDPOINTS)}"
             )
         obs, encoding = get_action_parts(request.data, self.config.encoding)
-        robot.encoding = self._last_encoding = encoding
+        robot.encoding = self._heard(encoding)
         mapped = self.adapter.observation(obs, encoding)
         robot.streams = mapped.streams
         return ActionCall(robot=robot, mapped=mapped, encoding=encoding)
@@ -189,11 +196,18 @@ class GrootDoorCore:
         if not hmac.compare_digest(given, expected.encode()):
             raise GrootProtocolError(UNAUTHORIZED)
 
+    def _heard(self, encoding: Encoding | None) -> Encoding | None:
+        """Remember the encoding a robot revealed as the door's last one (see _encoding)."""
+        if encoding is not None:
+            self._last_encoding = encoding
+        return encoding
+
     def _encoding(self, robot: GrootRobot) -> Encoding:
         """How to answer a robot's get_modality_config: the configured encoding; under auto,
-        that of the robot's last get_action, else of the door's last one (both clients ask
-        for the config with the same bytes, so a robot not yet heard from is assumed to be
-        like the others), else N1.6."""
+        the one the robot revealed (by its last get_action, or an N1.6 reset), else the one
+        the door last heard from any robot, else N1.6. Both clients ask for the config with
+        byte-identical requests and no reply decodes in both (docs/groot.md), so a robot
+        not yet heard from is assumed to be like the others."""
         configured = self.config.encoding
         if configured != "auto":
             return configured  # type: ignore[return-value]

@@ -106,6 +106,12 @@ def get_action_parts(data: Any, encoding: str) -> tuple[Mapping[str, Any], Encod
     return data, "n1.5"
 
 
+def reset_encoding(data: Any) -> Encoding | None:
+    """The encoding a ``reset`` request reveals: N1.6's client sends ``{"options": ...}``
+    (N1.5's client has no ``reset``); None for any other data."""
+    return "n1.6" if isinstance(data, Mapping) and "options" in data else None
+
+
 def modality_config(as_json: Mapping[str, Any], encoding: Encoding) -> dict[str, Any]:
     """One ModalityConfig as the given encoding sends it."""
     payload: Any = dict(as_json) if encoding == "n1.6" else json.dumps(dict(as_json))
