@@ -289,6 +289,29 @@ def test_n15_flow_under_auto_needs_the_door_to_have_heard_n15() -> None:
     np.testing.assert_array_equal(reply["action.joints"], expected_actions(policy, obs))
 
 
+def test_a_mixed_fleet_uses_the_n15_port_for_its_n15_robots() -> None:
+    """--groot.n15-port opens a second door answering in N1.5's form: after an N1.6 robot
+    ran its open-loop flow on --groot.port, an N1.5 robot runs its own flow (config
+    first) on the N1.5 port, both robots batched by the one engine."""
+    policy = make_mock()
+    config = GrootDoorConfig(port=0, n15_port=0, layout=NAMED)
+    server = ArmoryServer(policy, port=None, doors=config.doors("127.0.0.1"))
+    obs = make_obs(7, prompt="stack")
+    values = groot_observation(obs, "n1.5", "stack")
+    with ServerThread(server) as thread:
+        auto, n15 = thread.server.doors  # type: ignore[attr-defined]
+        assert n15.describe().endswith(f":{n15.port} (N1.5 only)")
+        with GrootClient(auto.port) as client:
+            actions, _ = n16_open_loop_flow(client, values)
+        with GrootClient(n15.port, encoding="n1.5") as client:
+            reply = n15_service_flow(client, values)
+        stats = thread.stats()
+    want = expected_actions(policy, obs)
+    np.testing.assert_array_equal(actions["joints"][0], want)
+    np.testing.assert_array_equal(reply["action.joints"], want)
+    assert stats.num_replies == 2 and stats.num_errors == 0
+
+
 @pytest.mark.parametrize("encoding", ENCODINGS)
 def test_a_refused_input_is_named_by_its_stream(encoding: str) -> None:
     """An image of the wrong size is reported under the robot's stream name, with the
@@ -335,6 +358,10 @@ def test_many_robots_get_their_own_chunks_in_shared_batches() -> None:
 def test_config_is_checked() -> None:
     with pytest.raises(ValueError, match="encoding"):
         GrootDoorConfig(encoding="n2")
+    with pytest.raises(ValueError, match="n15-port must differ"):
+        GrootDoorConfig(port=5555, n15_port=5555)
+    with pytest.raises(ValueError, match=r"--groot\.n15-port must be in 0\.\.65535"):
+        GrootDoorConfig(n15_port=70000)
     with pytest.raises(ValueError, match="video_name=input_key"):
         GrootLayout(cameras=("front",))
 

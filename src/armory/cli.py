@@ -229,7 +229,8 @@ class Serve:
     """Logging level of the server (DEBUG, INFO, WARNING, ERROR)."""
     server: ServerConfig = dataclasses.field(default_factory=ServerConfig)
     groot: GrootDoorConfig = dataclasses.field(default_factory=GrootDoorConfig)
-    """The GR00T ZeroMQ door: --groot.port 5555 opens it."""
+    """The GR00T ZeroMQ door: --groot.port 5555 opens it (--groot.n15-port a second one
+    for N1.5 robots)."""
     lerobot: LeRobotDoorConfig = dataclasses.field(default_factory=LeRobotDoorConfig)
     """The LeRobot async-inference gRPC door: --lerobot.port 8080 opens it."""
     scheduler_options: SchedulerOptionsArg = SchedulerOptions()
@@ -241,9 +242,9 @@ class Serve:
                 raise ValueError(f"--port must be in 0..65535, got {self.port}")
             api_key = self.api_key or os.environ.get(API_KEY_ENV) or None
             doors = []
-            if self.groot.port is not None:
-                doors.append(
-                    self.groot.door(
+            if self.groot.is_open:
+                doors.extend(
+                    self.groot.doors(
                         self.host, on_kill=lambda: server.request_stop(), api_key=api_key
                     )
                 )

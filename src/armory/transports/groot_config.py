@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from armory.transports.groot_adapter import GrootLayout
@@ -27,6 +27,10 @@ class GrootDoorConfig:
     """Let a robot's ``kill`` request stop the server (refused otherwise)."""
     encoding: str = "auto"
     """auto (told apart per request), n1.6 or n1.5."""
+    n15_port: int | None = None
+    """A second ZeroMQ port, answering every request in N1.5's form: for N1.5 robots whose
+    flow starts with get_modality_config, beside N1.6 robots on --groot.port (one port
+    cannot tell their first request apart, docs/groot.md). None: no second port."""
     session_timeout_s: float = 60.0
     """Close a robot's session after this long without a request."""
     layout: GrootLayout = field(default_factory=GrootLayout)
@@ -34,10 +38,32 @@ class GrootDoorConfig:
     def __post_init__(self) -> None:
         if self.encoding not in ENCODINGS:
             raise ValueError(f"--groot.encoding must be one of {', '.join(ENCODINGS)}")
-        if self.port is not None and not 0 <= self.port <= 65535:
-            raise ValueError(f"--groot.port must be in 0..65535, got {self.port}")
+        for name, port in (("port", self.port), ("n15-port", self.n15_port)):
+            if port is not None and not 0 <= port <= 65535:
+                raise ValueError(f"--groot.{name} must be in 0..65535, got {port}")
+        if self.n15_port and self.n15_port == self.port:
+            raise ValueError(f"--groot.n15-port must differ from --groot.port ({self.port})")
         if not self.session_timeout_s > 0:
             raise ValueError("--groot.session-timeout-s must be > 0")
+
+    @property
+    def is_open(self) -> bool:
+        """Whether a port is set (a door is served)."""
+        return self.port is not None or self.n15_port is not None
+
+    def doors(
+        self,
+        host: str,
+        on_kill: Callable[[], None] | None = None,
+        *,
+        api_key: str | None = None,
+    ) -> list[Callable[[ServerEngine], Transport]]:
+        """The factories of the door on ``port`` and of the N1.5 one on ``n15_port``, those
+        set (see :meth:`door`)."""
+        configs = [self] if self.port is not None else []
+        if self.n15_port is not None:
+            configs.append(replace(self, port=self.n15_port, n15_port=None, encoding="n1.5"))
+        return [config.door(host, on_kill, api_key=api_key) for config in configs]
 
     def door(
         self,

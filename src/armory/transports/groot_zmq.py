@@ -80,7 +80,9 @@ class GrootZmqTransport(Transport):
         return self.core.api_token is not None
 
     def describe(self) -> str:
-        return f"GR00T ZeroMQ on tcp://{self.host}:{self.port}"
+        encoding = self.core.config.encoding
+        only = "" if encoding == "auto" else f" ({encoding.upper()} only)"
+        return f"GR00T ZeroMQ on tcp://{self.host}:{self.port}{only}"
 
     async def start(self) -> None:
         socket = self._context.socket(zmq.ROUTER)
