@@ -38,55 +38,10 @@ def wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
         time.sleep(0.01)
 
 
-def test_openpi_and_groot_robots_share_one_batch() -> None:
-    """While one batch holds the executor, an openpi robot and a GR00T robot ask; the
-    next forward pass carries both, and each gets the chunk of its own observation."""
-    mock = make_mock()
-    policy = GatedPolicy(mock)
-    server = ArmoryServer(
-        policy,
-        ServerConfig(max_batch_size=4),
-        port=0,
-        scheduler=make_scheduler(SchedulerConfig(name="max-batch")),
-        doors=[GrootDoorConfig(port=0).door("127.0.0.1")],
-    )
-    results: dict[str, Any] = {}
-    with ServerThread(server) as thread:
-        groot_port = server.doors[0].port  # type: ignore[attr-defined]
-
-        def openpi_robot(name: str, seed: int) -> None:
-            with PolicyClient("127.0.0.1", thread.port, request_timeout_s=10.0) as client:
-                results[name] = client.infer(make_obs(seed))["actions"]
-
-        def groot_robot() -> None:
-            with GrootClient(groot_port) as client:
-                actions, info = client.get_action(groot_observation(make_obs(2), "n1.6"))
-                results["groot"] = (actions["joints"][0], info)
-
-        first = threading.Thread(target=openpi_robot, args=("blocker", 0))
-        first.start()
-        policy.next_batch()  # the blocker's batch holds the executor
-        others = [
-            threading.Thread(target=openpi_robot, args=("openpi", 1)),
-            threading.Thread(target=groot_robot),
-        ]
-        for t in others:
-            t.start()
-        wait_for(lambda: thread.stats().num_requests == 3)
-        policy.allow(2)
-        shared = policy.next_batch()
-        for t in [first, *others]:
-            t.join(10)
-    assert len(shared) == 2
-    np.testing.assert_array_equal(results["openpi"], expected_actions(mock, make_obs(1)))
-    groot_actions, info = results["groot"]
-    np.testing.assert_array_equal(groot_actions, expected_actions(mock, make_obs(2)))
-    assert info["batch_size"] == 2
-
-
 def test_openpi_groot_and_lerobot_robots_share_one_batch(monkeypatch: pytest.MonkeyPatch) -> None:
     """One robot through each door asks while a batch holds the executor: the next
-    forward pass carries all three, and each gets the chunk of its own observation."""
+    forward pass carries all three, each gets the chunk of its own observation, and the
+    GR00T robot's info tells the batch's size."""
     install_upstream_classes(monkeypatch)
     joints = [f"joint_{i}.pos" for i in range(6)]
     cameras = {"front": (224, 224, 3), "wrist": (224, 224, 3)}
@@ -118,7 +73,8 @@ def test_openpi_groot_and_lerobot_robots_share_one_batch(monkeypatch: pytest.Mon
         def groot_robot() -> None:
             with GrootClient(groot_port) as client:
                 obs = groot_observation(make_obs(2, config=config), "n1.6")
-                results["groot"] = client.get_action(obs)[0]["joints"][0]
+                actions, results["groot_info"] = client.get_action(obs)
+                results["groot"] = actions["joints"][0]
 
         def lerobot_robot() -> None:
             with AsyncInferenceClient(lerobot_port) as client:
@@ -153,6 +109,7 @@ def test_openpi_groot_and_lerobot_robots_share_one_batch(monkeypatch: pytest.Mon
     np.testing.assert_array_equal(
         results["groot"], expected_actions(mock, make_obs(2, config=config))
     )
+    assert results["groot_info"]["batch_size"] == 3
     lerobot_obs = {
         "observation/image": raw["front"],
         "observation/wrist_image": raw["wrist"],

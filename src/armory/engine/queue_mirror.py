@@ -153,13 +153,7 @@ class QueueMirror:
         self.robot_id[row] = robot_id
         self.contact_order[row] = self._num_contacts
         self._num_contacts += 1
-        self.control_hz[row] = limits.control_hz
-        self.weight[row] = limits.weight
-        self.uplink_s[row] = limits.uplink_s
-        self.downlink_s[row] = limits.downlink_s
-        self.directed[row] = limits.directed
-        self.min_execution_horizon[row] = limits.min_execution_horizon
-        self.max_execution_horizon[row] = limits.max_execution_horizon
+        self._set_limits(row, limits)
         self.active[row] = True
         self.has_obs[row] = False
         self.obs_index[row] = 0
@@ -195,6 +189,10 @@ class QueueMirror:
         """
         check_limits(limits)
         row = self._row_of[robot_id]
+        self._set_limits(row, limits)
+
+    def _set_limits(self, row: int, limits: RobotLimits) -> None:
+        """Write the robot's limits into its row (on connect and on every update)."""
         self.control_hz[row] = limits.control_hz
         self.weight[row] = limits.weight
         self.uplink_s[row] = limits.uplink_s
