@@ -128,6 +128,7 @@ def test_act_declares_lerobot_feature_names(act: WorkerPolicy) -> None:
     assert meta.latency_points is not None and meta.latency_points[1] > 0
     assert meta.noise_sha256 is None
     assert meta.extra["lerobot_type"] == "act"
+    assert "lerobot_checkpoint" not in meta.extra  # built from scratch: no checkpoint
 
 
 @needs_lerobot
@@ -167,8 +168,9 @@ def test_killed_act_worker_comes_back_with_the_same_model(act: WorkerPolicy) -> 
 
 @needs_lerobot
 def test_act_checkpoint_from_save_pretrained(act: WorkerPolicy, tmp_path: Path) -> None:
-    """A checkpoint written by LeRobot's save_pretrained serves through --policy.path and
-    answers like the seeded model it was saved from; a broken one fails make() saying why."""
+    """A checkpoint written by LeRobot's save_pretrained serves through --policy.path,
+    declares its folder and answers like the seeded model it was saved from; a broken
+    one fails make() saying why."""
     checkpoint = tmp_path / "act"
     script = (
         "import json, sys\n"
@@ -186,6 +188,8 @@ def test_act_checkpoint_from_save_pretrained(act: WorkerPolicy, tmp_path: Path) 
     assert {"config.json", "model.safetensors"} <= {p.name for p in checkpoint.iterdir()}
     policy = LeRobotPolicyConfig(path=checkpoint, python=PYTHON, worker=FAST_WATCHDOG).make()
     try:
+        # What the LeRobot door compares a robot's pretrained_name_or_path with.
+        assert policy.metadata.extra["lerobot_checkpoint"] == str(checkpoint.resolve())
         obs = make_obs(act, 3)
         np.testing.assert_allclose(
             policy.infer_batch([obs])[0], act.infer_batch([obs])[0], rtol=1e-4, atol=1e-5
