@@ -16,8 +16,10 @@ class FakeEngine:
     def __init__(self) -> None:
         self.opened: list[Session] = []
 
-    def open_session(self, *, peer: str, evict: Callable[[str], None] | None = None) -> Session:
-        session = Session(peer=peer, evict=evict)
+    def open_session(
+        self, *, peer: str, evict: Callable[[str], None] | None = None, door: str = "openpi"
+    ) -> Session:
+        session = Session(peer=peer, evict=evict, door=door)
         self.opened.append(session)
         return session
 
@@ -34,6 +36,7 @@ def make_registry(
     closed: list[tuple[str, str]] = []
     registry: SessionRegistry[str, Session] = SessionRegistry(
         engine,
+        door="test",
         make=lambda _key, session: session,
         on_close=lambda session, reason: closed.append((session.peer, reason)),
         on_evict=lambda key, reason: closed.append((f"evict {key}", reason)),

@@ -29,6 +29,7 @@ from armory.cli_text import tyro_text
 from armory.engine.config import ServerConfig
 from armory.eval.command import Eval, EvalError
 from armory.fleet_spec import RequestMode
+from armory.observe.logs import LogFormat, configure_logging
 from armory.policies.config import PolicyConfig, make_policy
 from armory.policies.mock import MockPolicyConfig
 from armory.report import SimReport
@@ -227,6 +228,11 @@ class Serve:
     """Seeds schedulers that draw random numbers."""
     log_level: str = "INFO"
     """Logging level of the server (DEBUG, INFO, WARNING, ERROR)."""
+    log_format: LogFormat = "text"
+    """Log lines as text, or as one JSON object per line (for log collectors)."""
+    log_decisions: bool = False
+    """Also log one line per batch: its robots, the scheduler rule that chose them, its size,
+    predicted and actual forward-pass time."""
     server: ServerConfig = dataclasses.field(default_factory=ServerConfig)
     groot: GrootDoorConfig = dataclasses.field(default_factory=GrootDoorConfig)
     """The GR00T ZeroMQ door: --groot.port 5555 opens it (--groot.n15-port a second one
@@ -262,9 +268,7 @@ class Serve:
             from armory.serve import ArmoryServer, run_server
 
             policy = make_policy(self.policy)
-        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        if level > logging.DEBUG:  # websockets logs every connection at INFO
-            logging.getLogger("websockets").setLevel(max(level, logging.WARNING))
+        configure_logging(level, log_format=self.log_format, log_decisions=self.log_decisions)
         server = ArmoryServer(
             policy,
             self.server,

@@ -47,6 +47,7 @@ from armory.core.errors import (
     Superseded,
 )
 from armory.core.latency_profile import LatencyProfile
+from armory.engine.batch_observer import BatchObserver
 from armory.engine.decision_step import DecisionStep
 from armory.engine.executor import BatchOutcome, Executor
 from armory.engine.queue_mirror import QueueMirror, check_limits, check_report
@@ -172,6 +173,7 @@ class BatchLoop:
         idle_poll_s: float = 0.05,
         decide_ahead_s: float = 0.0,
         request_timeout_s: float | None = None,
+        observer: BatchObserver | None = None,
     ) -> None:
         self.step = DecisionStep(
             QueueMirror(),
@@ -193,6 +195,8 @@ class BatchLoop:
         self.request_timeout_s = request_timeout_s
         """A request no batch has taken this long after its arrival is withdrawn and
         fails with RequestTimeout (None: requests wait as long as it takes)."""
+        self.observer = observer
+        """Told of every decision and forward pass (metrics, decision logs)."""
         self._waits_dry: set[int] = set()
         """Directed robots the scheduler keeps waiting dry, as of batch ``_waits_dry_batch``."""
         self._waits_dry_batch = -1
@@ -458,6 +462,8 @@ class BatchLoop:
                 _fail(request.future, QueueStateError(_CULPRIT))
         batch, decision_s = decision.batch, decision.decision_s
         self.recent_decision_s += _DECISION_SMOOTHING * (decision_s - self.recent_decision_s)
+        if self.observer is not None:
+            self.observer.decided(batch, decision_s)
         if not batch.robot_ids:
             if batch.wait_until_s is None:
                 return self.idle_poll_s
@@ -558,6 +564,8 @@ class BatchLoop:
                 raise outcome
             forward_s = max(self.clock() - dispatched_s, 1e-9)
             size = len(requests)
+            if self.observer is not None:
+                self.observer.batch_done(batch, outcome.policy_s, self.step.planned_latency_s(size))
             # The worker's own time: a batch queued behind another waited for it first.
             self.step.batch_done(batch, outcome.policy_s, learn=outcome.ok)
             c = self._counters

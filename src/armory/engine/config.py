@@ -99,6 +99,13 @@ class ServerConfig:
     LeRobot gRPC); with ``tls_key_file``. None: plaintext (docs/security.md)."""
     tls_key_file: str | None = None
     """PEM private key of ``tls_cert_file``."""
+    # Observability
+    metrics: bool = True
+    """Serve Prometheus metrics at ``/metrics`` and the live dashboard at ``/dashboard`` on
+    the openpi port, and keep the per-robot activity they show (docs/observability.md)."""
+    metrics_max_robots: int = 32
+    """Most robots with a ``robot`` label of their own in ``/metrics`` at a time; the rest
+    are aggregated under ``robot="other"``."""
     # Checks
     check_invariants: bool = True
     """Assert every batch's invariants (cheap)."""
@@ -138,6 +145,10 @@ class ServerConfig:
             raise ValueError(
                 "--server.tls-cert-file and --server.tls-key-file go together: got only "
                 f"--server.tls-{given}-file"
+            )
+        if self.metrics_max_robots < 0:
+            raise ValueError(
+                f"--server.metrics-max-robots must be >= 0, got {self.metrics_max_robots}"
             )
         self.plain_defaults()  # checks the defaults
 

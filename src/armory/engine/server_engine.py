@@ -11,9 +11,10 @@ raises concerns that robot alone.
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import time
-from collections import deque
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,9 @@ from armory.engine.session import (
     directed_lead_s,
     directed_send_index,
 )
+from armory.observe.batch_watch import BatchWatch
+from armory.observe.metrics import EngineReading, ServerMetrics
+from armory.observe.robot_activity import RobotActivity, RobotRow
 from armory.policies.base import (
     CONTEXT_CHUNK_START,
     CONTEXT_KEYS,
@@ -42,8 +46,12 @@ from armory.policies.base import (
 )
 from armory.scheduling.base import Scheduler
 
+logger = logging.getLogger(__name__)
+
 _OVERHEAD_WINDOW = 4096
 """Most recent requests whose server-added time the stats keep."""
+_GONE_ROBOTS = 16
+"""Disconnected robots still shown (marked) in ``/stats`` and the dashboard."""
 
 
 @dataclass(frozen=True)
@@ -137,6 +145,18 @@ class EngineStats:
     """The learned forward-pass seconds per batch size."""
     decisions_by_rule: dict[str, int] = field(default_factory=dict)
     """Scheduling decisions by the rule that made them (``armory fleet --explain``)."""
+    scheduler: str = ""
+    policy: str = ""
+    max_batch_size: int = 0
+    uptime_s: float = 0.0
+    requests_by_door: dict[str, int] = field(default_factory=dict)
+    errors_by_door: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Requests answered with an error, by door, then by the error's kind."""
+    num_worker_restarts: int = 0
+    """Restarts of the policy's worker process (policies run in one)."""
+    robots: list[RobotRow] = field(default_factory=list)
+    """Connected robots, earliest first, then the last few that left (with
+    ``--server.metrics``; empty without)."""
 
 
 class ServerEngine:
@@ -168,6 +188,16 @@ class ServerEngine:
             else:
                 profile = LatencyProfile.from_preset("l40s-pi05")
         self.clock = clock
+        self._started_s = clock()
+        self.metrics = (
+            ServerMetrics(
+                self._reading,
+                max_batch_size=config.max_batch_size,
+                max_robot_labels=config.metrics_max_robots,
+            )
+            if config.metrics
+            else None
+        )
         self.loop = BatchLoop(
             Executor(policy),
             scheduler,
@@ -177,6 +207,7 @@ class ServerEngine:
             check_invariants=config.check_invariants,
             decide_ahead_s=config.decide_ahead_s,
             request_timeout_s=config.request_timeout_s,
+            observer=BatchWatch(self.metrics, name_of=self._name_of, scheduler=self.scheduler_name),
         )
         self._sessions: dict[int, Session] = {}
         self._by_name: dict[str, Session] = {}
@@ -188,6 +219,12 @@ class ServerEngine:
         self._overheads_s: deque[float] = deque(maxlen=_OVERHEAD_WINDOW)
         self._steps_s: deque[float] = deque(maxlen=_OVERHEAD_WINDOW)
         self._switch_interval_before_s: float | None = None
+        self._requests_by_door: Counter[str] = Counter()
+        self._replies_by_door: defaultdict[str, Counter[str]] = defaultdict(Counter)
+        self._errors_by_door: defaultdict[str, Counter[str]] = defaultdict(Counter)
+        self._activity: dict[int, RobotActivity] = {}
+        """Connected robots' activity (with ``config.metrics``), in order of connection."""
+        self._gone: deque[RobotActivity] = deque(maxlen=_GONE_ROBOTS)
 
     # ---- lifecycle -----------------------------------------------------
 
@@ -207,10 +244,16 @@ class ServerEngine:
 
     # ---- sessions ------------------------------------------------------
 
-    def open_session(self, *, peer: str, evict: Callable[[str], None] | None = None) -> Session:
-        """Called when a robot connects."""
-        session = Session(peer=peer, evict=evict)
+    def open_session(
+        self, *, peer: str, evict: Callable[[str], None] | None = None, door: str = "openpi"
+    ) -> Session:
+        """Called when a robot connects through ``door``."""
+        session = Session(peer=peer, evict=evict, door=door)
         self._sessions[session.engine_id] = session
+        if self.metrics is not None:
+            self._activity[session.engine_id] = RobotActivity(
+                door=door, peer=peer, name=session.robot_name, connected_s=self.clock()
+            )
         return session
 
     def close_session(self, session: Session) -> None:
@@ -223,10 +266,37 @@ class ServerEngine:
         if self._by_name.get(session.robot_name) is session:
             del self._by_name[session.robot_name]
         self.loop.remove(session.engine_id)
+        activity = self._activity.pop(session.engine_id, None)
+        if activity is not None:
+            activity.closed_s = self.clock()
+            self._gone.append(activity)
+        if session.num_requests:
+            starvation = None if activity is None else activity.starvation()
+            logger.info(
+                "robot %s disconnected from the %s door after %d requests%s",
+                session.robot_name,
+                session.door,
+                session.num_requests,
+                "" if starvation is None else f" (starved {100 * starvation:.1f}% of ticks)",
+                extra={
+                    "event": "disconnect",
+                    "robot": session.robot_name,
+                    "door": session.door,
+                    "num_requests": session.num_requests,
+                    "starvation": starvation,
+                },
+            )
 
-    def count_error(self) -> None:
-        """Called by a transport for each request it answers with an error."""
+    def count_error(
+        self, door: str = "openpi", kind: str = "error", *, session: Session | None = None
+    ) -> None:
+        """Called by a transport for each request it answers with an error: its door, the
+        kind of error (the exception's class name) and the robot's session if it has one."""
         self._num_errors += 1
+        self._errors_by_door[door][kind] += 1
+        activity = None if session is None else self._activity.get(session.engine_id)
+        if activity is not None:
+            activity.num_errors += 1
 
     # ---- requests ------------------------------------------------------
 
@@ -250,6 +320,7 @@ class ServerEngine:
         if session.closed:
             raise SessionClosed("the session is closed")
         self._num_requests += 1
+        self._requests_by_door[session.door] += 1
         obs, state = _split_state(observation)
         obs = conform_observation(obs, self.metadata.inputs)
         plan = session.plan(
@@ -261,6 +332,11 @@ class ServerEngine:
         _add_context(obs, self.metadata.context_keys, session, plan)
         if state is not None:
             self._claim_name(session)
+        activity = self._activity.get(session.engine_id)
+        if activity is not None:
+            _note_request(activity, session, plan, state, received_s)
+        if session.num_requests == 1:
+            _log_connect(session, plan)
         future = self.loop.submit(
             session.engine_id,
             plan,
@@ -359,6 +435,7 @@ class ServerEngine:
         """Called by a transport once the reply is on its way (``encode_s``: the seconds it
         took to encode it, where the transport times that)."""
         self._num_replies += 1
+        self._replies_by_door[session.door]["deferred" if reply.deferred else "chunk"] += 1
         session.reply_sent(
             reply.received_s,
             sent_s,
@@ -369,6 +446,10 @@ class ServerEngine:
         self._overheads_s.append(max(total_s - reply.wait_s - reply.forward_s, 0.0))
         if encode_s is not None and not reply.deferred:
             self._steps_s.append(reply.steps_s + encode_s)
+        activity = self._activity.get(session.engine_id)
+        if activity is not None and not reply.deferred:
+            uplink_s = session.limits.uplink_s if session.limits is not None else 0.0
+            activity.reply(total_s, uplink_s + reply.steps_s + reply.wait_s)
 
     def stats(self) -> EngineStats:
         loop: LoopStats = self.loop.stats()
@@ -393,7 +474,42 @@ class ServerEngine:
             steps_ms_p99=_percentile_ms(self._steps_s, 99),
             latency_points_s=self.loop.profile.points(),
             decisions_by_rule=loop.decisions_by_rule,
+            scheduler=self.scheduler_name,
+            policy=self.metadata.name,
+            max_batch_size=self.config.max_batch_size,
+            uptime_s=self.clock() - self._started_s,
+            requests_by_door=dict(self._requests_by_door),
+            errors_by_door={door: dict(kinds) for door, kinds in self._errors_by_door.items()},
+            num_worker_restarts=self._num_worker_restarts(),
+            robots=self.robot_rows(),
         )
+
+    def robot_rows(self) -> list[RobotRow]:
+        """Connected robots, earliest first, then the last few that left."""
+        now_s = self.clock()
+        return [a.row(now_s) for a in [*self._activity.values(), *self._gone]]
+
+    def _reading(self) -> EngineReading:
+        """The engine's counters as ``/metrics`` reads them."""
+        loop = self.loop.stats()
+        return EngineReading(
+            uptime_s=self.clock() - self._started_s,
+            busy_s=loop.busy_s,
+            batch_size_counts=loop.batch_size_counts,
+            decisions_by_rule=loop.decisions_by_rule,
+            requests_by_door=dict(self._requests_by_door),
+            replies_by_door={door: dict(kinds) for door, kinds in self._replies_by_door.items()},
+            errors_by_door={door: dict(kinds) for door, kinds in self._errors_by_door.items()},
+            num_worker_restarts=self._num_worker_restarts(),
+            robots=list(self._activity.values()),
+        )
+
+    def _num_worker_restarts(self) -> int:
+        return int(getattr(self.policy, "num_restarts", 0))
+
+    def _name_of(self, robot_id: int) -> str:
+        session = self._sessions.get(robot_id)
+        return session.robot_name if session is not None else f"conn-{robot_id}"
 
     # ---- internals -----------------------------------------------------
 
@@ -416,6 +532,50 @@ class ServerEngine:
             self.config.max_batch_size,
             self.config.directed_margin_s,
         )
+
+
+def _note_request(
+    activity: RobotActivity,
+    session: Session,
+    plan: RequestPlan,
+    state: RobotState | None,
+    received_s: float,
+) -> None:
+    limits = plan.limits
+    report = None
+    if state is not None:
+        has_chunk = state.chunk_start is not None
+        report = (state.action_index, state.actions_left, has_chunk, state.episode_id)
+    activity.request(
+        received_s,
+        name=session.robot_name,
+        control_hz=limits.control_hz,
+        weight=limits.weight,
+        max_execution_horizon=limits.max_execution_horizon,
+        report=report,
+    )
+
+
+def _log_connect(session: Session, plan: RequestPlan) -> None:
+    """One line per robot, at its first request (when its name and rate are known)."""
+    limits = plan.limits
+    logger.info(
+        "robot %s connected through the %s door from %s (%s client, %g Hz, weight %g)",
+        session.robot_name,
+        session.door,
+        session.peer,
+        "Armory" if session.is_armory else "plain",
+        limits.control_hz,
+        limits.weight,
+        extra={
+            "event": "connect",
+            "robot": session.robot_name,
+            "door": session.door,
+            "peer": session.peer,
+            "control_hz": limits.control_hz,
+            "weight": limits.weight,
+        },
+    )
 
 
 def _percentile_ms(samples_s: deque[float], q: float) -> float | None:

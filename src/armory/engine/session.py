@@ -63,10 +63,14 @@ _ids = itertools.count(1)
 class Session:
     """Runtime state of one connection (the engine's, never touched by a scheduler)."""
 
-    def __init__(self, *, peer: str, evict: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self, *, peer: str, evict: Callable[[str], None] | None = None, door: str = "openpi"
+    ) -> None:
         self.engine_id = next(_ids)
         """The robot's id in the mirror and in scheduler snapshots."""
         self.peer = peer
+        self.door = door
+        """The front door the robot came through: openpi, groot or lerobot."""
         self.robot_name = f"conn-{self.engine_id}"
         """The Armory robot id once one is reported; a per-connection name until then."""
         self.evict = evict

@@ -112,6 +112,7 @@ class GrootDoorCore:
         self.adapter = GrootAdapter(config.layout, meta.inputs, meta.action_horizon)
         self.robots: SessionRegistry[bytes, GrootRobot] = SessionRegistry(
             engine,
+            door="groot",
             make=lambda _identity, session: GrootRobot(session=session),
             max_robots=engine.config.max_connections,
             idle_timeout_s=config.session_timeout_s,
@@ -176,7 +177,7 @@ class GrootDoorCore:
     def refusal(self, exc: Exception) -> bytes:
         """The error frame of a request that failed with ``exc`` (counted and logged)."""
         if isinstance(exc, GrootProtocolError | RequestError):
-            self.engine.count_error()
+            self.engine.count_error("groot", type(exc).__name__)
             logger.info("GR00T request refused: %s", exc)
             return error_reply(str(exc))
         if isinstance(exc, SessionClosed):

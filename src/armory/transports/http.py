@@ -1,4 +1,4 @@
-"""Plain HTTP beside the WebSocket: health, stats and the API-key check.
+"""Plain HTTP beside the WebSocket: health, stats, extra pages and the API-key check.
 
 Pure decisions (path and headers in, status and body out); the WebSocket
 transport turns them into responses during its opening handshake.
@@ -6,10 +6,12 @@ transport turns them into responses during its opening handshake.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import hmac
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
@@ -18,6 +20,8 @@ HEALTH_PATH = "/healthz"
 STATS_PATH = "/stats"
 AUTH_HEADER = "Authorization"
 AUTH_SCHEME = "Api-Key"
+BASIC_SCHEME = "Basic"
+"""A browser's own login prompt: any user name, the API key as password."""
 
 
 @dataclass(frozen=True)
@@ -27,18 +31,32 @@ class HttpAnswer:
     status: HTTPStatus
     body: str
     content_type: str = "text/plain; charset=utf-8"
+    headers: tuple[tuple[str, str], ...] = ()
+    """Further response headers."""
+
+
+Page = Callable[[], HttpAnswer]
+"""Answers a GET of one path (``/metrics``, ``/dashboard``, ...)."""
 
 
 def api_key_ok(header: str | None, api_key: str | None) -> bool:
-    """Whether an ``Authorization`` header carries ``Api-Key <api_key>`` (constant time).
+    """Whether an ``Authorization`` header carries ``Api-Key <api_key>``, or HTTP Basic
+    credentials whose password is the key (a browser's login prompt); constant time.
 
     Without a configured key every request passes.
     """
     if not api_key:
         return True
-    expected = f"{AUTH_SCHEME} {api_key}".encode("utf-8", "surrogateescape")
+    expected = api_key.encode("utf-8", "surrogateescape")
     received = (header or "").encode("utf-8", "surrogateescape")
-    return hmac.compare_digest(received, expected)
+    scheme, _, credentials = received.partition(b" ")
+    if scheme == BASIC_SCHEME.encode():
+        try:
+            _, _, received_key = base64.b64decode(credentials, validate=True).partition(b":")
+        except (binascii.Error, ValueError):
+            return False
+        return hmac.compare_digest(received_key, expected)
+    return hmac.compare_digest(received, f"{AUTH_SCHEME} ".encode() + expected)
 
 
 def route(
@@ -49,12 +67,15 @@ def route(
     stats: Callable[[], Any],
     max_connections: int | None = None,
     num_connections: int = 0,
+    pages: Mapping[str, Page] | None = None,
 ) -> HttpAnswer | None:
     """The answer to an HTTP request on the WebSocket port, or None to go on with the
     WebSocket handshake.
 
     ``/healthz`` always answers ``OK``; everything else needs the API key when one
-    is configured; ``/stats`` answers the engine's counters as JSON; a handshake while
+    is configured (a browser is asked for it, as the password of its login prompt);
+    ``/stats`` answers the engine's counters as JSON, each of ``pages`` its own answer;
+    a handshake while
     ``num_connections`` robots hold all ``max_connections`` is refused with 503.
     """
     path = path.split("?", 1)[0]
@@ -63,8 +84,13 @@ def route(
     if not api_key_ok(auth_header, api_key):
         return HttpAnswer(
             HTTPStatus.UNAUTHORIZED,
-            f"missing or wrong API key: send the header '{AUTH_HEADER}: {AUTH_SCHEME} <key>'\n",
+            f"missing or wrong API key: send the header '{AUTH_HEADER}: {AUTH_SCHEME} <key>' "
+            "(a browser: any user name, the key as password)\n",
+            headers=(("WWW-Authenticate", f'{BASIC_SCHEME} realm="armory"'),),
         )
+    page = (pages or {}).get(path)
+    if page is not None:
+        return page()
     if path == STATS_PATH:
         value = stats()
         if dataclasses.is_dataclass(value) and not isinstance(value, type):

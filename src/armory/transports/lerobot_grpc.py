@@ -214,6 +214,7 @@ class LeRobotGrpcTransport(Transport):
         self._port: int | None = None
         self.robots: SessionRegistry[str, _Robot] = SessionRegistry(
             engine,
+            door="lerobot",
             make=self._new_robot,
             on_close=_Robot.close,
             max_robots=engine.config.max_connections,
@@ -436,7 +437,7 @@ class LeRobotGrpcTransport(Transport):
                         robot.session, call.observation, received_s=call.sent_s
                     )
                 except RequestError as exc:
-                    self.engine.count_error()
+                    self.engine.count_error("lerobot", type(exc).__name__, session=robot.session)
                     robot.refused(exc)
                     continue
                 robot.answered(call, reply)
@@ -513,7 +514,7 @@ class LeRobotGrpcTransport(Transport):
         """Fail this call with ``code`` and ``message`` (raises); ``counted``: the engine's
         error count already has it."""
         if not counted:
-            self.engine.count_error()
+            self.engine.count_error("lerobot", code.name)
         logger.info("LeRobot call from %s failed: %s: %s", context.peer(), code.name, message)
         try:
             await context.abort(code, message)

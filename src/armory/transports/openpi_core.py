@@ -129,7 +129,7 @@ class OpenpiConnection:
             return None
         if isinstance(outcome, RequestError):
             self.closing = True
-            self.engine.count_error()
+            self.engine.count_error("openpi", type(outcome).__name__, session=self.session)
             logger.info(
                 "request of %s (%s) refused: %s",
                 self.session.robot_name,

@@ -31,6 +31,7 @@ from websockets.http11 import Request, Response
 from armory.core.errors import RequestError, SessionClosed
 from armory.engine.server_engine import ServerEngine
 from armory.engine.session import Session
+from armory.observe.pages import is_live_feed, observe_pages, serve_live_feed
 from armory.transports import http
 from armory.transports.base import Transport
 from armory.transports.listen import ListenError, bind_failure
@@ -80,6 +81,7 @@ class OpenpiWebSocketTransport(Transport):
         self._server: Server | None = None
         self.connections: SessionRegistry[ServerConnection, OpenpiConnection] = SessionRegistry(
             engine,
+            door="openpi",
             make=lambda _ws, session: OpenpiConnection(engine, session),
             on_evict=self._close_later,
         )
@@ -88,6 +90,7 @@ class OpenpiWebSocketTransport(Transport):
         self._metadata_frame = encode_metadata(
             metadata_map(engine.metadata, engine.config, scheduler=engine.scheduler_name)
         )
+        self._pages = observe_pages(engine)
 
     @property
     def port(self) -> int:
@@ -138,20 +141,25 @@ class OpenpiWebSocketTransport(Transport):
             stats=self.engine.stats,
             max_connections=self.engine.config.max_connections,
             num_connections=len(self._server.connections) if self._server else 0,
+            pages=self._pages,
         )
         if answer is None:
             return None
         if answer.status >= 400:
             logger.info("refused %s %s: HTTP %d", _peer(connection), request.path, answer.status)
         response = connection.respond(answer.status, answer.body)
-        if not answer.content_type.startswith("text/plain"):
-            del response.headers["Content-Type"]
-            response.headers["Content-Type"] = answer.content_type
+        del response.headers["Content-Type"]
+        response.headers["Content-Type"] = answer.content_type
+        for name, value in answer.headers:
+            response.headers[name] = value
         return response
 
     # ---- one connection ------------------------------------------------
 
     async def _handle(self, ws: ServerConnection) -> None:
+        if self._pages and ws.request is not None and is_live_feed(ws.request.path):
+            await serve_live_feed(ws, self.engine.stats)
+            return
         connection = self.connections.robot(ws, peer=_peer(ws), now_s=self.engine.clock())
         session = connection.session
         watcher = asyncio.ensure_future(ws.wait_closed())

@@ -26,7 +26,9 @@ R = TypeVar("R")
 class SessionHost(Protocol):
     """What the registry needs of the engine (the server engine opens and closes sessions)."""
 
-    def open_session(self, *, peer: str, evict: Callable[[str], None] | None = None) -> Session: ...
+    def open_session(
+        self, *, peer: str, evict: Callable[[str], None] | None = None, door: str = "openpi"
+    ) -> Session: ...
 
     def close_session(self, session: Session) -> None: ...
 
@@ -51,6 +53,7 @@ class SessionRegistry(Generic[K, R]):
         self,
         engine: SessionHost,
         *,
+        door: str,
         make: Callable[[K, Session], R],
         on_close: Callable[[R, str], None] | None = None,
         on_evict: Callable[[K, str], None] | None = None,
@@ -59,12 +62,15 @@ class SessionRegistry(Generic[K, R]):
         # Timeouts
         idle_timeout_s: float | None = None,
     ) -> None:
-        """``make(key, session)``: the door's state of a new robot; ``on_close(robot,
-        reason)``: called once when a robot is closed, whatever closed it (its session is
-        already closed then); ``on_evict(key, reason)``: called after that when the engine
-        evicted the robot (the door closes its connection). ``max_robots`` None: no limit;
-        ``idle_timeout_s`` None: robots are never swept."""
+        """``door``: the door's name, given to its sessions; ``make(key, session)``: the
+        door's state of a new robot; ``on_close(robot, reason)``: called once when a robot
+        is closed, whatever closed it (its session is already closed then);
+        ``on_evict(key, reason)``: called after that when the engine evicted the robot (the
+        door closes its connection). ``max_robots`` None: no limit; ``idle_timeout_s`` None:
+        robots are never swept."""
         self._engine = engine
+        self.door = door
+        """The front door's name (openpi, groot, lerobot), given to each session."""
         self._make = make
         self._on_close = on_close
         self._on_evict = on_evict
@@ -107,7 +113,9 @@ class SessionRegistry(Generic[K, R]):
         if entry is None:
             self.check_room(key)
             session = self._engine.open_session(
-                peer=peer, evict=lambda reason: self._evicted(key, session, reason)
+                peer=peer,
+                evict=lambda reason: self._evicted(key, session, reason),
+                door=self.door,
             )
             entry = _Entry(robot=self._make(key, session), session=session, last_seen_s=now_s)
             self._entries[key] = entry
