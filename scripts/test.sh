@@ -35,6 +35,16 @@ if [ -z "${ARMORY_LEROBOT_PYTHON:-}" ]; then
     echo "test.sh: no LeRobot environment; its tests will be skipped" >&2
   fi
 fi
+# Chromium runs the dashboard's browser test (tests/test_dashboard_browser.py). Installed
+# from Debian's packages when missing and the user is root (as in CI), with an apt-get update
+# only when the package lists do not know it; elsewhere a missing browser skips that test
+# (in CI, CI=true, it fails it).
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  export DEBIAN_FRONTEND=noninteractive
+  { apt-get install -y -q chromium >/dev/null 2>&1 ||
+    { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; } ||
+    echo "test.sh: could not install chromium; the dashboard's browser test needs it" >&2
+fi
 .venv/bin/ruff check .
 status=0
 .venv/bin/pytest "${suites[@]}" "$@" || status=$?

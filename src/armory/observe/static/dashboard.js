@@ -100,7 +100,8 @@ function renderBusy(stats) {
   const total = stats.uptime_s > 0 ? stats.busy_s / stats.uptime_s : 0;
   document.getElementById("busy-total").textContent =
     `${fmt(100 * total, 1, "%")} since start (${fmt(stats.uptime_s, 0, " s")})`;
-  const points = busyHistory.map((v, i) => `${(300 * i) / (HISTORY - 1)},${80 - 78 * v}`);
+  const span = Math.max(busyHistory.length - 1, 20);  // the chart fills as history grows
+  const points = busyHistory.map((v, i) => `${(300 * i) / span},${80 - 78 * v}`);
   const svg = document.getElementById("busy-chart");
   svg.innerHTML = `<polyline fill="none" stroke="#4a72c4" stroke-width="2" points="${points.join(" ")}"/>`;
 }
