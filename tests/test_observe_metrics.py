@@ -4,10 +4,14 @@ the bound on robot labels, the API key."""
 from __future__ import annotations
 
 import base64
+import json
+import re
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack
+from pathlib import Path
 
 import pytest
 from armory_client import PolicyClient, RobotState, ServerError, attach
@@ -16,6 +20,7 @@ from prometheus_client.samples import Sample
 from server_harness import make_obs, running_server
 
 MAX_EXECUTION_HORIZON = 8
+GRAFANA = Path(__file__).parents[1] / "configs" / "grafana" / "armory.json"
 
 
 def scrape(port: int, *, auth: str | None = None) -> dict[str, list[Sample]]:
@@ -50,11 +55,14 @@ def state(name: str, index: int, left: int, chunk_start: int | None, step: int) 
     )
 
 
-def play(client: PolicyClient, name: str, lefts: list[int], *, seed: int) -> None:
+def play(
+    client: PolicyClient, name: str, lefts: list[int], *, seed: int, pause_s: float = 0.0
+) -> None:
     """Requests of one Armory robot, each with ``actions_left`` from ``lefts``; it moves 4
-    actions per request."""
+    actions per request, ``pause_s`` apart."""
     index, chunk_start = 0, None
     for step, left in enumerate(lefts):
+        time.sleep(pause_s if step else 0.0)
         client.infer(attach(make_obs(seed, step), state(name, index, left, chunk_start, step)))
         chunk_start = index
         index += 4
@@ -168,3 +176,23 @@ def test_two_servers_in_one_process_keep_their_own_registries(clients: ExitStack
         first, second = scrape(one.port), scrape(two.port)
     assert value(first["armory_requests"], "armory_requests_total", door="openpi") == 2
     assert second["armory_requests"] == []
+
+
+def test_grafana_dashboard_queries_only_exported_series(clients: ExitStack) -> None:
+    """Every series configs/grafana/armory.json queries is in a scrape after a short run."""
+    dashboard = json.loads(GRAFANA.read_text())
+    queried = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"armory_[a-z_]+", target["expr"])
+    }
+    with running_server() as server:
+        robot = clients.enter_context(PolicyClient("127.0.0.1", server.port))
+        play(robot, "a", [0, 1, 1], seed=0, pause_s=0.1)
+        with PolicyClient("127.0.0.1", server.port) as bad, pytest.raises(ServerError):
+            bad.infer({"not an input": 1.0})
+        families = scrape(server.port)
+    exported = {sample.name for samples in families.values() for sample in samples}
+    assert len(queried) >= 14
+    assert queried <= exported, queried - exported
