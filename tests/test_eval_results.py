@@ -6,7 +6,13 @@ import dataclasses
 
 import pytest
 
-from armory.eval.results import EpisodeResult, format_table, summarize, wilson_interval
+from armory.eval.results import (
+    EpisodeResult,
+    format_table,
+    progress_fields,
+    summarize,
+    wilson_interval,
+)
 
 
 def _episode(episode: int, robot: str, success: bool, starved: int) -> EpisodeResult:
@@ -62,3 +68,9 @@ def test_summary_counts_successes_and_pools_starvation_per_robot() -> None:
     table = format_table(summary, {"env": "so101-pick", "robots": 2})
     assert "2/3" in table and "robot-1" in table
     assert dataclasses.asdict(summary)["success"]["num_episodes"] == 3
+
+
+def test_progress_fields_count_successes_and_pool_starvation() -> None:
+    """The eval progress bar: successes so far and starved ticks over counted ticks."""
+    episodes = [_episode(0, "arm", True, 5), _episode(1, "arm", False, 15)]
+    assert progress_fields(episodes) == {"success": "1/2", "starved": "20.0%"}

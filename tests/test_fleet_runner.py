@@ -142,6 +142,10 @@ def test_mixed_rate_fleet_gets_chunks_of_its_own_observations() -> None:
     assert len(progress) >= 2
     assert [p.elapsed_s for p in progress] == sorted(p.elapsed_s for p in progress)
     assert 0 < progress[0].num_chunks_applied <= progress[-1].num_chunks_applied
+    last = progress[-1]
+    assert last.num_batches is not None and 0 < last.num_batches <= stats.num_batches
+    assert 0.0 <= last.starvation <= 1.0
+    assert {"starved", "batches", "chunks", "errors"} <= last.postfix().keys()
 
 
 def test_every_tick_sends_more_bytes_than_directed() -> None:
@@ -184,14 +188,19 @@ def test_horizon_longer_than_the_policys_is_refused() -> None:
 def test_fleet_command_prints_the_table_and_writes_json(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """armory fleet against a live server: per-robot table with bytes sent, JSON report."""
+    """armory fleet against a live server: per-robot table with bytes sent, JSON report,
+    --plot's PNGs."""
     path = write_fleet_file(tmp_path, make_fleet_dict(num_robots=2, request_mode="threshold"))
     out = tmp_path / "report.json"
     with running_server(make_mock(), api_key="k-9") as server:
         argv = ["fleet", "--fleet", str(path), "--port", str(server.port), "--duration", "1"]
-        assert main([*argv, "--api-key", "k-9", "--json", str(out)]) == 0
+        plots = tmp_path / "plots"
+        assert main([*argv, "--api-key", "k-9", "--json", str(out), "--plot", str(plots)]) == 0
     printed = capsys.readouterr().out
     assert "arm-1" in printed and "KB/s sent" in printed and "wall time:" in printed
+    for name in ("queue_depth.png", "batch_sizes.png"):
+        assert (plots / name).read_bytes().startswith(b"\x89PNG"), name
+        assert f"wrote {plots / name}" in printed
     report = json.loads(out.read_text())
     assert report["request_mode"] == "threshold" and report["clock"] == "wall"
     assert 0.0 <= report["system"]["bound_starvation"] <= 1.0

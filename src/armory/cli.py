@@ -320,10 +320,14 @@ class Fleet:
     """Print at most this many robots (the JSON report holds all)."""
     explain: bool = False
     """Also print how often each of the scheduler's rules decided, and what each does."""
+    plot: Annotated[Path | None, tyro.conf.arg(metavar="DIR")] = None
+    """Also write PNGs here: each robot's queue depth over the run (queue_depth.png) and the
+    server's batch sizes (batch_sizes.png)."""
 
     def run(self) -> int:
         with _usage_errors():
             from armory.fleet import FleetError, FleetOptions, FleetProgress, ServerLost, run_fleet
+            from armory.fleet.trace import FleetTrace, plot_fleet
 
             options = FleetOptions(
                 host=self.host,
@@ -345,12 +349,17 @@ class Fleet:
                 bar_format = "{l_bar}{bar}| {n:.0f}/{total:.0f} s{postfix}"
                 bars.append(tqdm(total=self.duration_s, desc="fleet", bar_format=bar_format))
             bars[0].n = min(progress.elapsed_s, self.duration_s)
-            chunks, errors = progress.num_chunks_applied, progress.num_request_errors
-            bars[0].set_postfix(chunks=chunks, errors=errors)
+            bars[0].set_postfix(progress.postfix(), refresh=False)
+            bars[0].refresh()
 
         try:
+            trace = FleetTrace() if self.plot is not None else None
             run = run_fleet(
-                fleet, options, bound_of=fleet_bound if self.bound else None, on_progress=show
+                fleet,
+                options,
+                bound_of=fleet_bound if self.bound else None,
+                on_progress=show,
+                trace=trace,
             )
             try:
                 with logging_redirect_tqdm():  # warnings print above the bar, not into it
@@ -368,6 +377,9 @@ class Fleet:
         _print_report(report, self.max_robot_rows, self.json_path)
         if self.explain:
             print("\n" + format_rules(report, rule_descriptions(report.scheduler)))
+        if trace is not None and self.plot is not None:
+            for path in plot_fleet(trace, report.system.batch_size_histogram, self.plot):
+                print(f"wrote {path}")
         return 0
 
 

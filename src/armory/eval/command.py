@@ -22,7 +22,7 @@ from armory.eval.plan import EvalPlan
 from armory.eval.plots import plot_queues, plot_success_by_axis
 from armory.eval.pusht import PushTConfig
 from armory.eval.recording import RecordConfig, write_dataset
-from armory.eval.results import format_table
+from armory.eval.results import EpisodeResult, format_table, progress_fields
 from armory.eval.runner import EvalError, prepare, run_eval, write_results
 from armory.eval.so101 import So101PickConfig
 from armory.eval.variation import VariationConfig
@@ -174,7 +174,14 @@ class Eval:
             file=sys.stderr,
             disable=not self.progress,
         ) as bar:
-            run = run_eval(prepared, on_episode=lambda _: bar.update())
+            done: list[EpisodeResult] = []
+
+            def show(episode: EpisodeResult) -> None:
+                done.append(episode)
+                bar.set_postfix(progress_fields(done), refresh=False)
+                bar.update()
+
+            run = run_eval(prepared, on_episode=show)
         path = write_results(run, self.out)
         print(format_table(run.summary, run.info))
         print(f"\nwrote {path}")

@@ -176,3 +176,13 @@ def _mean(values: Sequence[float | None]) -> float | None:
 
 def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1000:.0f} ms"
+
+
+def progress_fields(episodes: Sequence[EpisodeResult]) -> dict[str, str]:
+    """The progress bar's fields for the episodes done so far: success rate and the
+    robots' starvation (starved ticks / counted ticks)."""
+    succeeded = sum(e.success for e in episodes)
+    return {
+        "success": f"{succeeded}/{len(episodes)}",
+        "starved": f"{_starvation(episodes):.1%}",
+    }

@@ -20,7 +20,7 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +42,7 @@ from armory.fleet.link import FleetClient
 from armory.fleet.observations import ObservationFactory
 from armory.fleet.robot import SyntheticRobot
 from armory.fleet.server_stats import StatsReading, read_stats
+from armory.fleet.trace import FleetTrace
 from armory.fleet_spec import REQUEST_MODES, FleetSpec, RobotSpec
 from armory.report import RobotTally, SimReport, make_report, startup_s
 
@@ -79,6 +80,19 @@ class FleetProgress:
     """Chunks the robots have applied, all together."""
     num_request_errors: int
     """Requests that failed (a lost connection, a timeout, an error reply)."""
+    starvation: float = 0.0
+    """Starved ticks / counted ticks of all robots so far (their runtimes' counts)."""
+    num_batches: int | None = None
+    """Forward passes the server ran since the run started (None: it has no ``/stats``)."""
+
+    def postfix(self) -> dict[str, str]:
+        """The progress bar's fields after the elapsed seconds."""
+        fields = {"starved": f"{100 * self.starvation:.1f}%"}
+        if self.num_batches is not None:
+            fields["batches"] = str(self.num_batches)
+        fields["chunks"] = str(self.num_chunks_applied)
+        fields["errors"] = str(self.num_request_errors)
+        return fields
 
 
 @dataclass(frozen=True)
@@ -139,12 +153,14 @@ async def run_fleet(
     bound_of: Callable[[FleetSpec], float] | None = None,
     wrap_client: WrapClient | None = None,
     on_progress: Callable[[FleetProgress], None] | None = None,
+    trace: FleetTrace | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> SimReport:
     """Run every robot of ``fleet`` against the server for ``options.duration_s``.
 
     ``bound_of`` computes the report's starvation bound, of :func:`served_fleet`;
-    ``on_progress`` is called every :data:`PROGRESS_PERIOD_S` during the run.
+    ``on_progress`` is called every :data:`PROGRESS_PERIOD_S` during the run; ``trace``
+    records the robots' queues and the server's batches for plots.
     Raises FleetError when the server cannot be reached, refuses the connection,
     or cannot serve the fleet's robots; ServerLost when it stops answering during
     the run.
@@ -197,7 +213,13 @@ async def run_fleet(
     before = await read_stats(probe.uri, options.api_key)
     started_s = clock()
     summaries = await _run_all(
-        runtimes, phases_s, uri=probe.uri, on_progress=on_progress, clock=clock
+        runtimes,
+        phases_s,
+        uri=probe.uri,
+        on_progress=on_progress,
+        clock=clock,
+        read_counts=lambda: _counts_since(before, probe.uri, options.api_key),
+        trace=trace,
     )
     wall_s = clock() - started_s
     after = await read_stats(probe.uri, options.api_key)
@@ -317,6 +339,8 @@ async def _run_all(
     uri: str,
     on_progress: Callable[[FleetProgress], None] | None,
     clock: Callable[[], float],
+    read_counts: Callable[[], Awaitable[dict[int, int] | None]],
+    trace: FleetTrace | None,
 ) -> list[RuntimeSummary]:
     """Run every runtime, each from its start phase; the first failure stops them all."""
 
@@ -329,21 +353,29 @@ async def _run_all(
         while True:
             await asyncio.sleep(PROGRESS_PERIOD_S)
             summaries = [runtime.summary() for runtime in runtimes]
+            counts = await read_counts()
+            counted = sum(s.num_counted_ticks for s in summaries)
             on_progress(
                 FleetProgress(
                     elapsed_s=clock() - started_s,
                     num_chunks_applied=sum(s.num_chunks_applied for s in summaries),
                     num_request_errors=sum(s.num_request_errors for s in summaries),
+                    starvation=sum(s.num_starved_ticks for s in summaries) / max(counted, 1),
+                    num_batches=None if counts is None else sum(counts.values()),
                 )
             )
 
     tasks = [asyncio.ensure_future(one(r, p)) for r, p in zip(runtimes, phases_s, strict=True)]
-    progress = None if on_progress is None else asyncio.ensure_future(report_progress(clock()))
+    watchers = []
+    if on_progress is not None:
+        watchers.append(asyncio.ensure_future(report_progress(clock())))
+    if trace is not None:
+        watchers.append(asyncio.ensure_future(trace.record(runtimes, clock, read_counts)))
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
     finally:
-        if progress is not None:
-            progress.cancel()
+        for watcher in watchers:
+            watcher.cancel()
         for runtime in runtimes:
             runtime.stop()
         await asyncio.wait(tasks)
@@ -356,6 +388,17 @@ async def _run_all(
                 f"robot {runtime.config.robot_id!r} stopped: {type(exc).__name__}: {exc}"
             ) from exc
     return [task.result() for task in tasks]
+
+
+async def _counts_since(
+    before: StatsReading | None, uri: str, api_key: str | None
+) -> dict[int, int] | None:
+    """The server's forward passes per size since ``before`` (None without ``/stats``)."""
+    now = await read_stats(uri, api_key)
+    if now is None:
+        return None
+    counts, _ = now.since(before)
+    return counts
 
 
 def robot_tally(
