@@ -211,13 +211,18 @@ def every_tick_state(
     )
 
 
-def run_runtimes(port: int, configs: Sequence[RuntimeConfig]) -> list[RuntimeSummary]:
+def run_runtimes(
+    port: int, configs: Sequence[RuntimeConfig], *, api_key: str | None = None
+) -> list[RuntimeSummary]:
     """One RobotRuntime per config (a RecordingRobot seeded by its position, its own
-    AsyncPolicyClient) against 127.0.0.1:``port``, all at once; their summaries."""
+    AsyncPolicyClient, sending ``api_key``) against 127.0.0.1:``port``, all at once; their
+    summaries."""
 
     async def fleet() -> list[RuntimeSummary]:
         runtimes = [
-            RobotRuntime(RecordingRobot(i), AsyncPolicyClient("127.0.0.1", port), config)
+            RobotRuntime(
+                RecordingRobot(i), AsyncPolicyClient("127.0.0.1", port, api_key=api_key), config
+            )
             for i, config in enumerate(configs)
         ]
         return await asyncio.gather(*(r.run() for r in runtimes))

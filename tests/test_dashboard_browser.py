@@ -111,3 +111,33 @@ def test_dashboard_shows_the_live_fleet_in_chromium(tmp_path: Path) -> None:
     assert sum(histogram.values()) > 0
     assert busy_points >= 4
     assert (out / "dashboard.png").stat().st_size > 10_000
+
+
+def test_dashboard_behind_the_api_key_goes_live_with_the_browsers_login(tmp_path: Path) -> None:
+    """With --api-key the browser's Basic credentials (any user, the key as password) open
+    the page, its script and its live feed."""
+    binary = browser()
+    configs = [
+        RuntimeConfig(
+            robot_id="keyed",
+            control_hz=20.0,
+            max_execution_horizon=10,
+            min_execution_horizon=4,
+            duration_s=8.0,
+        )
+    ]
+    with running_server(api_key="k-42") as server:
+        fleet = threading.Thread(
+            target=run_runtimes,
+            args=(server.port, configs),
+            kwargs={"api_key": "k-42"},
+            daemon=True,
+        )
+        fleet.start()
+        try:
+            with HeadlessChromium(binary, tmp_path / "profile") as page:
+                page.open(f"http://operator:k-42@127.0.0.1:{server.port}/dashboard")
+                page.wait_for("document.getElementById('feed').textContent === 'live'")
+                page.wait_for(f"{ROWS}.some(r => r.robot === 'keyed')")
+        finally:
+            fleet.join(30)

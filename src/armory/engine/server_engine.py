@@ -11,7 +11,6 @@ raises concerns that robot alone.
 from __future__ import annotations
 
 import asyncio
-import logging
 import sys
 import time
 from collections import Counter, defaultdict, deque
@@ -36,6 +35,7 @@ from armory.engine.session import (
 from armory.observe.batch_watch import BatchWatch
 from armory.observe.metrics import EngineReading, ServerMetrics
 from armory.observe.robot_activity import RobotActivity, RobotRow
+from armory.observe.robot_log import log_connect, log_disconnect
 from armory.policies.base import (
     CONTEXT_CHUNK_START,
     CONTEXT_KEYS,
@@ -45,8 +45,6 @@ from armory.policies.base import (
     conform_observation,
 )
 from armory.scheduling.base import Scheduler
-
-logger = logging.getLogger(__name__)
 
 _OVERHEAD_WINDOW = 4096
 """Most recent requests whose server-added time the stats keep."""
@@ -191,7 +189,6 @@ class ServerEngine:
         self._started_s = clock()
         self.metrics = (
             ServerMetrics(
-                self._reading,
                 max_batch_size=config.max_batch_size,
                 max_robot_labels=config.metrics_max_robots,
             )
@@ -271,21 +268,7 @@ class ServerEngine:
             activity.closed_s = self.clock()
             self._gone.append(activity)
         if session.num_requests:
-            starvation = None if activity is None else activity.starvation()
-            logger.info(
-                "robot %s disconnected from the %s door after %d requests%s",
-                session.robot_name,
-                session.door,
-                session.num_requests,
-                "" if starvation is None else f" (starved {100 * starvation:.1f}% of ticks)",
-                extra={
-                    "event": "disconnect",
-                    "robot": session.robot_name,
-                    "door": session.door,
-                    "num_requests": session.num_requests,
-                    "starvation": starvation,
-                },
-            )
+            log_disconnect(session, None if activity is None else activity.starvation())
 
     def count_error(
         self, door: str = "openpi", kind: str = "error", *, session: Session | None = None
@@ -336,7 +319,7 @@ class ServerEngine:
         if activity is not None:
             _note_request(activity, session, plan, state, received_s)
         if session.num_requests == 1:
-            _log_connect(session, plan)
+            log_connect(session, plan.limits)
         future = self.loop.submit(
             session.engine_id,
             plan,
@@ -489,8 +472,8 @@ class ServerEngine:
         now_s = self.clock()
         return [a.row(now_s) for a in [*self._activity.values(), *self._gone]]
 
-    def _reading(self) -> EngineReading:
-        """The engine's counters as ``/metrics`` reads them."""
+    def metrics_reading(self) -> EngineReading:
+        """A copy of the engine's counters for ``/metrics`` (taken on the event loop)."""
         loop = self.loop.stats()
         return EngineReading(
             uptime_s=self.clock() - self._started_s,
@@ -501,7 +484,7 @@ class ServerEngine:
             replies_by_door={door: dict(kinds) for door, kinds in self._replies_by_door.items()},
             errors_by_door={door: dict(kinds) for door, kinds in self._errors_by_door.items()},
             num_worker_restarts=self._num_worker_restarts(),
-            robots=list(self._activity.values()),
+            robots=[activity.sample() for activity in self._activity.values()],
         )
 
     def _num_worker_restarts(self) -> int:
@@ -553,28 +536,6 @@ def _note_request(
         weight=limits.weight,
         max_execution_horizon=limits.max_execution_horizon,
         report=report,
-    )
-
-
-def _log_connect(session: Session, plan: RequestPlan) -> None:
-    """One line per robot, at its first request (when its name and rate are known)."""
-    limits = plan.limits
-    logger.info(
-        "robot %s connected through the %s door from %s (%s client, %g Hz, weight %g)",
-        session.robot_name,
-        session.door,
-        session.peer,
-        "Armory" if session.is_armory else "plain",
-        limits.control_hz,
-        limits.weight,
-        extra={
-            "event": "connect",
-            "robot": session.robot_name,
-            "door": session.door,
-            "peer": session.peer,
-            "control_hz": limits.control_hz,
-            "weight": limits.weight,
-        },
     )
 
 

@@ -2,16 +2,18 @@
 one process), served at ``/metrics`` in the text exposition format.
 
 Histograms are observed once per batch or decision (never per request); everything
-else is read from the engine's own counters when Prometheus scrapes, so a request
-costs nothing here. Per-robot series carry a ``robot`` label for at most
-``max_robot_labels`` robots at a time (the earliest connected); the rest are summed
-(counters, latency sums) or averaged (queue depth, starvation) under ``robot="other"``.
+else is read from the engine's own counters when Prometheus scrapes (a copy taken on
+the event loop, formatted in a worker thread), so a request costs nothing here.
+Per-robot series carry a ``robot`` label for at most ``max_robot_labels`` robots at a
+time (the earliest connected); the rest are summed (counters, latency sums) or averaged
+(queue depth, starvation) under ``robot="other"``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import (
@@ -23,13 +25,13 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from armory.observe.robot_activity import RobotActivity
+from armory.observe.robot_activity import RobotSample
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OTHER_ROBOTS = "other"
 """The ``robot`` label of robots beyond the label cap, summed or averaged."""
 
-_FORWARD_BUCKETS_S = (0.005, 0.01, 0.02, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0)
+_FORWARD_BUCKETS_S = (0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0)
 _DECISION_BUCKETS_S = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.03, 0.1)
 
 
@@ -48,20 +50,17 @@ class EngineReading:
     errors_by_door: dict[str, dict[str, int]]
     """Requests answered with an error, by door, then by the error's kind."""
     num_worker_restarts: int
-    robots: Sequence[RobotActivity]
+    robots: Sequence[RobotSample]
     """Connected robots, earliest connected first."""
 
 
 class ServerMetrics:
-    """The registry and the per-batch histograms; ``read`` gives the rest at scrape time."""
+    """The registry of the per-batch histograms; the rest comes with each scrape's
+    :class:`EngineReading`."""
 
-    def __init__(
-        self,
-        read: Callable[[], EngineReading],
-        *,
-        max_batch_size: int,
-        max_robot_labels: int,
-    ) -> None:
+    def __init__(self, *, max_batch_size: int, max_robot_labels: int) -> None:
+        self._max_batch_size = max_batch_size
+        self._max_robot_labels = max_robot_labels
         self.registry = CollectorRegistry(auto_describe=True)
         self.forward_s = Histogram(
             "armory_forward_pass_seconds",
@@ -70,46 +69,45 @@ class ServerMetrics:
             buckets=_FORWARD_BUCKETS_S,
             registry=self.registry,
         )
-        self._forward_by_size = {
-            b: self.forward_s.labels(str(b)) for b in range(1, max_batch_size + 1)
-        }
+        self._forward_by_size: dict[int, Any] = {}
+        """Children of ``forward_s`` by batch size, made when a size first runs (a scrape
+        then carries only the sizes that ran)."""
         self.decision_s = Histogram(
             "armory_scheduler_decision_seconds",
             "Seconds of one scheduling decision (snapshot, schedule, check).",
             buckets=_DECISION_BUCKETS_S,
             registry=self.registry,
         )
-        self.registry.register(_EngineCollector(read, max_batch_size, max_robot_labels))
 
     def batch_done(self, size: int, policy_s: float) -> None:
         """Called once per forward pass."""
-        child = self._forward_by_size.get(size) or self.forward_s.labels(str(size))
+        child = self._forward_by_size.get(size)
+        if child is None:
+            child = self._forward_by_size[size] = self.forward_s.labels(str(size))
         child.observe(policy_s)
 
     def decided(self, decision_s: float) -> None:
         """Called once per scheduling decision (waits included)."""
         self.decision_s.observe(decision_s)
 
-    def exposition(self) -> bytes:
-        """The text exposition of every metric (the body of ``/metrics``)."""
-        return generate_latest(self.registry)
+    def exposition(self, reading: EngineReading) -> bytes:
+        """The text exposition of every metric (the body of ``/metrics``); safe to call
+        from a worker thread."""
+        scrape = CollectorRegistry(auto_describe=False)
+        scrape.register(_EngineCollector(reading, self._max_batch_size, self._max_robot_labels))
+        return generate_latest(self.registry) + generate_latest(scrape)
 
 
 class _EngineCollector(Collector):
-    """Families read from the engine's counters at scrape time."""
+    """Families of one scrape's reading of the engine's counters."""
 
-    def __init__(
-        self, read: Callable[[], EngineReading], max_batch_size: int, max_robot_labels: int
-    ) -> None:
-        self._read = read
+    def __init__(self, reading: EngineReading, max_batch_size: int, max_robot_labels: int) -> None:
+        self._reading = reading
         self._max_batch_size = max_batch_size
         self._max_robot_labels = max_robot_labels
 
-    def describe(self) -> list[Metric]:
-        return []  # names are only known by collecting; nothing to check against
-
     def collect(self) -> Iterator[Metric]:
-        r = self._read()
+        r = self._reading
         yield from _door_families(r)
         yield _batch_size_family(r.batch_size_counts, self._max_batch_size)
         rules = CounterMetricFamily(
@@ -183,7 +181,7 @@ def _batch_size_family(counts: dict[int, int], max_batch_size: int) -> Metric:
     )
 
 
-def _robot_families(robots: Sequence[RobotActivity], cap: int) -> Iterator[Metric]:
+def _robot_families(robots: Sequence[RobotSample], cap: int) -> Iterator[Metric]:
     named, others = robots[:cap], robots[cap:]
     labels = ["robot"]
     depth = GaugeMetricFamily(
@@ -210,14 +208,14 @@ def _robot_families(robots: Sequence[RobotActivity], cap: int) -> Iterator[Metri
         "Age of an observation when its forward pass starts (its uplink included).",
         labels=labels,
     )
-    groups = [(a.name, [a]) for a in named]
+    groups = [(a.robot, [a]) for a in named]
     if others:
         groups.append((OTHER_ROBOTS, list(others)))
     for label, group in groups:
         depths = [a.queue_depth_actions for a in group if a.queue_depth_actions is not None]
         if depths:
             depth.add_metric([label], sum(depths) / len(depths))
-        ratios = [s for s in (a.starvation() for a in group) if s is not None]
+        ratios = [a.starvation for a in group if a.starvation is not None]
         if ratios:
             starvation.add_metric([label], sum(ratios) / len(ratios))
         requests.add_metric([label], sum(a.num_requests for a in group))

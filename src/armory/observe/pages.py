@@ -40,11 +40,13 @@ def observe_pages(engine: ServerEngine) -> dict[str, Page]:
     if metrics is None:
         return {}
     static = resources.files("armory.observe") / "static"
-    pages: dict[str, Page] = {
-        METRICS_PATH: lambda: HttpAnswer(
-            HTTPStatus.OK, metrics.exposition().decode(), content_type=CONTENT_TYPE
-        )
-    }
+
+    async def metrics_page() -> HttpAnswer:
+        # Copied on the loop, formatted in a thread: a scrape never holds up the loop long.
+        body = await asyncio.to_thread(metrics.exposition, engine.metrics_reading())
+        return HttpAnswer(HTTPStatus.OK, body.decode(), content_type=CONTENT_TYPE)
+
+    pages: dict[str, Page] = {METRICS_PATH: metrics_page}
     for path, (name, content_type) in _ASSETS.items():
         answer = HttpAnswer(
             HTTPStatus.OK,

@@ -51,6 +51,19 @@ class RobotRow:
     last_seen_s_ago: float
 
 
+@dataclass(frozen=True)
+class RobotSample:
+    """One robot's counters as ``/metrics`` reads them, copied on the event loop."""
+
+    robot: str
+    queue_depth_actions: int | None
+    starvation: float | None
+    num_requests: int
+    num_chunks: int
+    latency_sum_s: float
+    observation_age_sum_s: float
+
+
 class RobotActivity:
     """Runtime counters of one robot's connection (server clock, seconds)."""
 
@@ -145,6 +158,18 @@ class RobotActivity:
             return None
         served_s = self._past_served_s + self._served_actions / self.control_hz
         return min(max(1.0 - served_s / span_s, 0.0), 1.0)
+
+    def sample(self) -> RobotSample:
+        """The counters ``/metrics`` reads."""
+        return RobotSample(
+            robot=self.name,
+            queue_depth_actions=self.queue_depth_actions,
+            starvation=self.starvation(),
+            num_requests=self.num_requests,
+            num_chunks=self.num_chunks,
+            latency_sum_s=self.latency_sum_s,
+            observation_age_sum_s=self.observation_age_sum_s,
+        )
 
     def row(self, now_s: float) -> RobotRow:
         """The robot as the dashboard and ``/stats`` show it at ``now_s``."""

@@ -11,7 +11,7 @@ import binascii
 import dataclasses
 import hmac
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
@@ -35,8 +35,8 @@ class HttpAnswer:
     """Further response headers."""
 
 
-Page = Callable[[], HttpAnswer]
-"""Answers a GET of one path (``/metrics``, ``/dashboard``, ...)."""
+Page = Callable[[], HttpAnswer | Awaitable[HttpAnswer]]
+"""Answers a GET of one path (``/metrics``, ``/dashboard``, ...), at once or awaited."""
 
 
 def api_key_ok(header: str | None, api_key: str | None) -> bool:
@@ -68,7 +68,7 @@ def route(
     max_connections: int | None = None,
     num_connections: int = 0,
     pages: Mapping[str, Page] | None = None,
-) -> HttpAnswer | None:
+) -> HttpAnswer | Awaitable[HttpAnswer] | None:
     """The answer to an HTTP request on the WebSocket port, or None to go on with the
     WebSocket handshake.
 

@@ -133,7 +133,9 @@ class OpenpiWebSocketTransport(Transport):
 
     # ---- HTTP (health, stats, API key) ---------------------------------
 
-    def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+    async def _process_request(
+        self, connection: ServerConnection, request: Request
+    ) -> Response | None:
         answer = http.route(
             request.path,
             request.headers.get(http.AUTH_HEADER),
@@ -145,6 +147,8 @@ class OpenpiWebSocketTransport(Transport):
         )
         if answer is None:
             return None
+        if not isinstance(answer, http.HttpAnswer):
+            answer = await answer
         if answer.status >= 400:
             logger.info("refused %s %s: HTTP %d", _peer(connection), request.path, answer.status)
         response = connection.respond(answer.status, answer.body)
