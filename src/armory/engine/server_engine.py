@@ -268,7 +268,12 @@ class ServerEngine:
             activity.closed_s = self.clock()
             self._gone.append(activity)
         if session.num_requests:
-            log_disconnect(session, None if activity is None else activity.starvation())
+            log_disconnect(
+                session.robot_name,
+                door=session.door,
+                num_requests=session.num_requests,
+                starvation=None if activity is None else activity.starvation(),
+            )
 
     def count_error(
         self, door: str = "openpi", kind: str = "error", *, session: Session | None = None
@@ -319,7 +324,14 @@ class ServerEngine:
         if activity is not None:
             _note_request(activity, session, plan, state, received_s)
         if session.num_requests == 1:
-            log_connect(session, plan.limits)
+            log_connect(
+                session.robot_name,
+                door=session.door,
+                peer=session.peer,
+                is_armory=bool(session.is_armory),
+                control_hz=plan.limits.control_hz,
+                weight=plan.limits.weight,
+            )
         future = self.loop.submit(
             session.engine_id,
             plan,

@@ -6,46 +6,45 @@ from __future__ import annotations
 
 import logging
 
-from armory.engine.queue_mirror import RobotLimits
-from armory.engine.session import Session
-
 robot_logger = logging.getLogger("armory.robots")
 
 
-def log_connect(session: Session, limits: RobotLimits) -> None:
-    """Called at a session's first request."""
+def log_connect(
+    robot: str, *, door: str, peer: str, is_armory: bool, control_hz: float, weight: float
+) -> None:
+    """Called at a robot's first request."""
     robot_logger.info(
         "robot %s connected through the %s door from %s (%s client, %g Hz, weight %g)",
-        session.robot_name,
-        session.door,
-        session.peer,
-        "Armory" if session.is_armory else "plain",
-        limits.control_hz,
-        limits.weight,
+        robot,
+        door,
+        peer,
+        "Armory" if is_armory else "plain",
+        control_hz,
+        weight,
         extra={
             "event": "connect",
-            "robot": session.robot_name,
-            "door": session.door,
-            "peer": session.peer,
-            "control_hz": limits.control_hz,
-            "weight": limits.weight,
+            "robot": robot,
+            "door": door,
+            "peer": peer,
+            "control_hz": control_hz,
+            "weight": weight,
         },
     )
 
 
-def log_disconnect(session: Session, starvation: float | None) -> None:
-    """Called when a session that sent requests closes; ``starvation``: its estimate."""
+def log_disconnect(robot: str, *, door: str, num_requests: int, starvation: float | None) -> None:
+    """Called when a robot that sent requests disconnects; ``starvation``: its estimate."""
     robot_logger.info(
         "robot %s disconnected from the %s door after %d requests%s",
-        session.robot_name,
-        session.door,
-        session.num_requests,
+        robot,
+        door,
+        num_requests,
         "" if starvation is None else f" (starved {100 * starvation:.1f}% of ticks)",
         extra={
             "event": "disconnect",
-            "robot": session.robot_name,
-            "door": session.door,
-            "num_requests": session.num_requests,
+            "robot": robot,
+            "door": door,
+            "num_requests": num_requests,
             "starvation": starvation,
         },
     )

@@ -31,10 +31,10 @@ from websockets.http11 import Request, Response
 from armory.core.errors import RequestError, SessionClosed
 from armory.engine.server_engine import ServerEngine
 from armory.engine.session import Session
-from armory.observe.pages import is_live_feed, observe_pages, serve_live_feed
 from armory.transports import http
 from armory.transports.base import Transport
 from armory.transports.listen import ListenError, bind_failure
+from armory.transports.observe_pages import is_live_feed, observe_pages, serve_live_feed
 from armory.transports.off_loop import decode_off_loop
 from armory.transports.openpi_core import (
     INTERNAL,
