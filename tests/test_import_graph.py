@@ -25,8 +25,8 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"core"}),
     # Pure decisions; a policy's worker process; fleet files.
     frozenset({"scheduling", "workers", "fleet_spec"}),
-    # Policies; the metrics and report of a fleet run.
-    frozenset({"policies", "report"}),
+    # Policies; the metrics and report of a fleet run; the server's own metrics and logs.
+    frozenset({"policies", "report", "observe"}),
     frozenset({"engine"}),
     frozenset({"transports"}),
     frozenset({"serve"}),
@@ -37,7 +37,9 @@ LAYERS: tuple[frozenset[str], ...] = (
 )
 """Parts from the bottom up."""
 
-SERVING = frozenset({"armory", "core", "scheduling", "policies", "engine", "transports", "serve"})
+SERVING = frozenset(
+    {"armory", "core", "scheduling", "policies", "observe", "engine", "transports", "serve"}
+)
 """The parts that answer robots: they speak the wire contract, not the robot's runtime."""
 SERVING_CLIENT_MODULES = ("armory_client.wire", "armory_client.image_prep")
 """What of the client package the serving parts may import: the wire contract, and the
