@@ -50,7 +50,7 @@ def configure_logging(level: int, *, log_format: LogFormat, log_decisions: bool)
     handler.setFormatter(
         JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
     )
-    logging.basicConfig(level=level, handlers=[handler], force=True)
+    logging.basicConfig(level=level, handlers=[handler])  # no-op where a handler exists
     if level > logging.DEBUG:  # websockets logs every connection at INFO
         logging.getLogger("websockets").setLevel(max(level, logging.WARNING))
     decision_logger.setLevel(logging.INFO if log_decisions else max(level, logging.WARNING))
