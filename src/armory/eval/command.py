@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -108,7 +109,7 @@ class Eval:
                 raise ValueError("--door groot with --server needs --door-port (the GR00T port)")
             info = {"in_process_server": False}
             groot_port = self.door_port if self.door == "groot" else None
-            return self._evaluate(_uri(self.server), api_key, info, None, groot_port)
+            return self._evaluate(_uri(self.server), api_key, info, None, groot_port, None)
         from armory.serve import ArmoryServer, ServerThread
 
         policy_config = self._scaled_policy()
@@ -127,7 +128,11 @@ class Eval:
         }
         with ServerThread(server) as thread:
             groot_port = server.doors[0].port if self.door == "groot" else None
-            return self._evaluate(thread.uri, api_key, info, ticket, groot_port)
+
+            def num_batches() -> int:
+                return thread.stats().num_batches
+
+            return self._evaluate(thread.uri, api_key, info, ticket, groot_port, num_batches)
 
     def _scaled_policy(self) -> Any:
         """The policy config with its emulated latency divided by the time scale."""
@@ -143,7 +148,10 @@ class Eval:
         info: dict[str, Any],
         ticket: dict[str, Any] | None,
         groot_port: int | None,
+        num_batches: Callable[[], int] | None,
     ) -> int:
+        """``num_batches``: the in-process server's forward passes so far, for the progress
+        bar (None with --server)."""
         plan = EvalPlan(
             env=self.env,
             uri=uri,
@@ -178,7 +186,10 @@ class Eval:
 
             def show(episode: EpisodeResult) -> None:
                 done.append(episode)
-                bar.set_postfix(progress_fields(done), refresh=False)
+                fields = progress_fields(done)
+                if num_batches is not None:
+                    fields["batches"] = str(num_batches())
+                bar.set_postfix(fields, refresh=False)
                 bar.update()
 
             run = run_eval(prepared, on_episode=show)
