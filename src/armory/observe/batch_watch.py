@@ -40,7 +40,7 @@ class BatchWatch:
             robots = [self.name_of(robot_id) for robot_id in batch.robot_ids]
             rule = batch.rule or self.scheduler
             decision_logger.info(
-                "batch %d: %d robots by rule %s (%s); predicted %.1f ms, took %.1f ms",
+                "batch %d (size %d) by rule %s: %s; predicted %.1f ms, took %.1f ms",
                 self.num_batches,
                 size,
                 rule,
