@@ -40,6 +40,7 @@ def serve_and_run(*options: str, num_requests: int = 3) -> list[str]:
     """`armory serve OPTIONS` with one robot's requests; the server's log lines."""
     args = ["--port", "0", *options, *MOCK]
     with armory_serve(*args, announce_lines=2) as (proc, (_, door)):
+        assert "/healthz, dashboard at http://127.0.0.1:" in door, door
         uri = door.split(" on ", 1)[1].split(" ", 1)[0]
         run_robot(uri, "arm-1", num_requests)
         proc.send_signal(signal.SIGINT)

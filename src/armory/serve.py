@@ -250,10 +250,9 @@ def door_lines(server: ArmoryServer) -> list[str]:
     lines = []
     if server.transport is not None:
         scheme = "https" if server.config.tls else "http"
-        lines.append(
-            f"openpi WebSocket on {server.uri} (health at "
-            f"{scheme}://{server.host}:{server.port}/healthz)"
-        )
+        base = f"{scheme}://{server.host}:{server.port}"
+        pages = f", dashboard at {base}/dashboard" if server.config.metrics else ""
+        lines.append(f"openpi WebSocket on {server.uri} (health at {base}/healthz{pages})")
     for door in server.doors:
         describe = getattr(door, "describe", None)
         lines.append(describe() if callable(describe) else f"{type(door).__name__}")
