@@ -17,7 +17,7 @@ import pytest
 from armory_client import PolicyClient, RobotState, ServerError, attach
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
-from server_harness import make_obs, running_server
+from server_harness import make_mock, make_obs, running_server
 
 MAX_EXECUTION_HORIZON = 8
 GRAFANA = Path(__file__).parents[1] / "configs" / "grafana" / "armory.json"
@@ -196,3 +196,14 @@ def test_grafana_dashboard_queries_only_exported_series(clients: ExitStack) -> N
     exported = {sample.name for samples in families.values() for sample in samples}
     assert len(queried) >= 14
     assert queried <= exported, queried - exported
+
+
+def test_worker_restarts_come_from_the_policy() -> None:
+    """A policy in a worker process counts its restarts; /metrics and /stats carry them."""
+    policy = make_mock()
+    policy.num_restarts = 2  # as WorkerPolicy counts them
+    with running_server(policy) as server:
+        families = scrape(server.port)
+        stats = server.stats()
+    assert value(families["armory_worker_restarts"], "armory_worker_restarts_total") == 2
+    assert stats.num_worker_restarts == 2
