@@ -13,11 +13,17 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
+import msgpack
 import pytest
 from armory_client import PolicyClient, RobotState, ServerError, attach
+from groot_client import GrootClient, groot_observation
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 from server_harness import make_mock, make_obs, running_server
+
+from armory.engine.config import ServerConfig
+from armory.serve import ArmoryServer, ServerThread
+from armory.transports.groot_config import GrootDoorConfig
 
 MAX_EXECUTION_HORIZON = 8
 GRAFANA = Path(__file__).parents[1] / "configs" / "grafana" / "armory.json"
@@ -207,3 +213,23 @@ def test_worker_restarts_come_from_the_policy() -> None:
         stats = server.stats()
     assert value(families["armory_worker_restarts"], "armory_worker_restarts_total") == 2
     assert stats.num_worker_restarts == 2
+
+
+def test_the_groot_doors_requests_and_errors_carry_its_name() -> None:
+    """A GR00T robot's get_action and a bad frame are counted under door="groot", beside
+    the openpi door that serves /metrics."""
+    server = ArmoryServer(
+        make_mock(),
+        ServerConfig(max_batch_size=4),
+        port=0,
+        doors=[GrootDoorConfig(port=0).door("127.0.0.1")],
+    )
+    with ServerThread(server) as thread, GrootClient(server.doors[0].port) as client:
+        client.get_action(groot_observation(make_obs(1), "n1.6", task="stack the cups"))
+        assert "error" in client.send_raw(msgpack.packb({"endpoint": "fly"}))
+        families = scrape(thread.port)
+        stats = thread.stats()
+    assert value(families["armory_requests"], "armory_requests_total", door="groot") == 1
+    errors = families["armory_request_errors"]
+    assert [(s.labels["door"], s.value) for s in errors] == [("groot", 1.0)]
+    assert [row.door for row in stats.robots] == ["groot"]
