@@ -46,7 +46,8 @@ class FakeEngine:
     def close_session(self, session: Session) -> None:
         session.closed = True
 
-    def count_error(self) -> None:
+    def count_error(self, door: str, kind: str, *, session: Session | None = None) -> None:
+        assert door == "openpi" and kind and session is not None
         self.num_errors += 1
 
 

@@ -275,9 +275,7 @@ class ServerEngine:
                 starvation=None if activity is None else activity.starvation(),
             )
 
-    def count_error(
-        self, door: str = "openpi", kind: str = "error", *, session: Session | None = None
-    ) -> None:
+    def count_error(self, door: str, kind: str, *, session: Session | None = None) -> None:
         """Called by a transport for each request it answers with an error: its door, the
         kind of error (the exception's class name) and the robot's session if it has one."""
         self._num_errors += 1
