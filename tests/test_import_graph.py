@@ -25,8 +25,9 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"core"}),
     # Pure decisions; a policy's worker process; fleet files.
     frozenset({"scheduling", "workers", "fleet_spec"}),
-    # Policies; the metrics and report of a fleet run; the server's own metrics and logs.
-    frozenset({"policies", "report", "observe"}),
+    # Policies; the metrics and report of a fleet run; the server's own metrics and logs;
+    # which replica serves each robot.
+    frozenset({"policies", "report", "observe", "placement"}),
     frozenset({"engine"}),
     frozenset({"transports"}),
     frozenset({"serve"}),

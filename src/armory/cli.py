@@ -30,6 +30,7 @@ from armory.engine.config import ServerConfig
 from armory.eval.command import Eval, EvalError
 from armory.fleet_spec import RequestMode
 from armory.observe.logs import LogFormat, configure_logging
+from armory.placement.registry import check_placement_name, placement_names
 from armory.policies.config import PolicyConfig, make_policy
 from armory.policies.mock import MockPolicyConfig
 from armory.report import SimReport
@@ -38,8 +39,9 @@ from armory.scheduling.registry import make_scheduler, rule_descriptions, schedu
 from armory.sim import sweep
 from armory.sim.bound import fleet_bound
 from armory.sim.fleet_family import write_family
+from armory.sim.multi_gpu import simulate_gpus
 from armory.sim.simulator import SimConfig, simulate
-from armory.sim.table import format_report, format_rules, format_sweep
+from armory.sim.table import format_gpus, format_report, format_rules, format_sweep
 from armory.transports.groot_config import GrootDoorConfig
 from armory.transports.lerobot_grpc import LeRobotDoorConfig
 
@@ -48,6 +50,8 @@ RUN_FAILED = 1
 """Exit status of a run that started but could not finish (the server died mid-run)."""
 _SCHEDULERS = ", ".join(scheduler_names())
 """The valid scheduler names, as help text lists them."""
+_PLACEMENTS = ", ".join(placement_names())
+"""The valid placement names, as help text lists them."""
 
 
 class UsageError(Exception):
@@ -69,13 +73,20 @@ def _check_seed(seed: int) -> None:
         raise ValueError(f"--seed must be >= 0, got {seed}")
 
 
-def _print_report(report: SimReport, max_robot_rows: int, json_path: Path | None) -> None:
-    """Print a run's tables; also write its JSON report if asked (simulate and fleet)."""
+def _print_report(
+    report: SimReport,
+    max_robot_rows: int,
+    json_path: Path | None,
+    extra: dict[str, object] | None = None,
+) -> None:
+    """Print a run's tables; also write its JSON report (with ``extra`` keys) if asked
+    (simulate and fleet)."""
     print(format_report(report, max_robot_rows=max_robot_rows))
     if json_path is not None:
         with _usage_errors():
             json_path.parent.mkdir(parents=True, exist_ok=True)
-            json_path.write_text(json.dumps(dataclasses.asdict(report), indent=2) + "\n")
+            data = dataclasses.asdict(report) | (extra or {})
+            json_path.write_text(json.dumps(data, indent=2) + "\n")
         print(f"\nwrote {json_path}")
 
 
@@ -126,20 +137,40 @@ class Simulate:
     """Print at most this many robots (the JSON report holds all)."""
     explain: bool = False
     """Also print how often each of the scheduler's rules decided, and what each does."""
+    gpus: int = 1
+    """GPUs, each its own server (mirror, scheduler, decision step); robots are placed
+    across them by --placement (docs/scale-out.md)."""
+    placement: Annotated[str, tyro.conf.arg(help=f"With --gpus > 1: {_PLACEMENTS}.")] = "fluid"
     scheduler_options: SchedulerOptionsArg = SchedulerOptions()
 
     def run(self) -> int:
         with _usage_errors():
             if not self.duration_s > 0:
                 raise ValueError(f"--duration-s must be > 0, got {self.duration_s}")
+            if self.gpus < 1:
+                raise ValueError(f"--gpus must be >= 1, got {self.gpus}")
+            check_placement_name(self.placement)
             _check_seed(self.seed)
-            scheduler = make_scheduler(self.scheduler_options.config(self.scheduler, self.seed))
+            scheduler_config = self.scheduler_options.config(self.scheduler, self.seed)
+            scheduler = make_scheduler(scheduler_config)
             fleet = sweep.read_fleet(self.fleet)
         config = SimConfig(
             duration_s=self.duration_s,
             seed=self.seed,
             charge_decision_time=self.charge_decision_time,
         )
+        if self.gpus > 1:
+            with _usage_errors():
+                multi = simulate_gpus(
+                    fleet, scheduler_config, config, num_gpus=self.gpus, placement=self.placement
+                )
+            extra = {"placement": multi.placement, "num_moved": multi.num_moved}
+            extra["gpus"] = [dataclasses.asdict(g) for g in multi.gpus]
+            _print_report(multi.report, self.max_robot_rows, self.json_path, extra)
+            print("\n" + format_gpus(multi))
+            if self.explain:
+                print("\n" + format_rules(multi.report, rule_descriptions(multi.report.scheduler)))
+            return 0
         report = simulate(fleet, scheduler, config)
         if self.bound:
             system = dataclasses.replace(report.system, bound_starvation=fleet_bound(fleet))

@@ -13,6 +13,23 @@ if TYPE_CHECKING:
 
 def build_report(sim: Simulator, end_s: float, bound_starvation: float | None = None) -> SimReport:
     """Collect the metrics of a finished simulation."""
+    return make_report(
+        robot_tallies(sim, end_s),
+        batch_size_counts=Counter(sim.batch_sizes),
+        gpu_busy_s=sim.gpu_busy_s,
+        duration_s=end_s,
+        scheduler=sim.scheduler.name,
+        fleet=sim.fleet.name,
+        seed=sim.config.seed,
+        request_mode=sim.fleet.request_mode,
+        bound_starvation=bound_starvation,
+        timing=decision_timing(sim),
+        decisions_by_rule=sim.decisions_by_rule,
+    )
+
+
+def robot_tallies(sim: Simulator, end_s: float) -> list[RobotTally]:
+    """Each robot's raw counts at the end of a simulation, in the fleet's order."""
     tallies = []
     for robot in sim.robots:
         if robot.first_land_s is None:
@@ -31,23 +48,15 @@ def build_report(sim: Simulator, end_s: float, bound_starvation: float | None = 
                 requests_sent=robot.requests_sent,
             )
         )
-    timing = {
+    return tallies
+
+
+def decision_timing(sim: Simulator) -> dict[str, float]:
+    """Wall-clock measurements of a simulation's decisions."""
+    return {
         "num_decisions": float(sim.num_decisions),
         "mean_decision_us": 1e6 * sim.decision_s / sim.num_decisions if sim.num_decisions else 0.0,
         "mean_decision_cpu_us": (
             1e6 * sim.decision_cpu_s / sim.num_decisions if sim.num_decisions else 0.0
         ),
     }
-    return make_report(
-        tallies,
-        batch_size_counts=Counter(sim.batch_sizes),
-        gpu_busy_s=sim.gpu_busy_s,
-        duration_s=end_s,
-        scheduler=sim.scheduler.name,
-        fleet=sim.fleet.name,
-        seed=sim.config.seed,
-        request_mode=sim.fleet.request_mode,
-        bound_starvation=bound_starvation,
-        timing=timing,
-        decisions_by_rule=sim.decisions_by_rule,
-    )

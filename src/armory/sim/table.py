@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from armory.report import SimReport
 
 if TYPE_CHECKING:
+    from armory.sim.multi_gpu import MultiGpuReport
     from armory.sim.sweep import SweepCell
 
 
@@ -135,3 +136,22 @@ def format_rules(report: SimReport, descriptions: Mapping[str, str]) -> str:
             f"{descriptions.get(rule, '')}"
         )
     return "\n".join(lines)
+
+
+def format_gpus(multi: MultiGpuReport) -> str:
+    """One row per GPU of a K-GPU run (``armory simulate --gpus K``)."""
+    rows = [
+        [
+            f"gpu{k}",
+            str(g.num_robots),
+            _percent(g.starvation),
+            _percent(g.gpu_utilization),
+            f"{g.fluid_load:.2f}",
+        ]
+        for k, g in enumerate(multi.gpus)
+    ]
+    table = format_table(["gpu", "robots", "starved", "busy", "fluid load"], rows)
+    return (
+        f"placement {multi.placement}: {multi.num_starved_ticks} starved ticks, "
+        f"{multi.num_moved} robots moved off a GPU over capacity\n{table}"
+    )

@@ -1,0 +1,63 @@
+"""Placement by load: each robot on the replica the fluid model leaves least loaded."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from armory.placement.base import Placement, RobotDemand
+from armory.placement.fluid_load import replica_load
+
+OVER_CAPACITY = 1.0
+"""A replica whose fluid load exceeds this is over capacity: robots move off it."""
+
+_IMPROVES = 1e-9
+"""A move must lower the hottest load by more than this (against rounding)."""
+
+
+class FluidPlacement(Placement):
+    """Places each robot where the fluid load after adding it is least (the fewest robots,
+    then the lowest index, on ties); moves robots only off a replica over capacity or one
+    that failed."""
+
+    name = "fluid"
+
+    def load(self, replica: int, extra: Sequence[RobotDemand] = ()) -> float:
+        """The replica's fluid load with ``extra`` robots added (:mod:`fluid_load`)."""
+        return replica_load([*self.demands(replica), *extra], self.profiles[replica])
+
+    def choose(self, demand: RobotDemand, candidates: Sequence[int]) -> int:
+        counts = {k: len(self.members(k)) for k in candidates}
+        return min(candidates, key=lambda k: (self.load(k, [demand]), counts[k], k))
+
+    def rebalance(self) -> dict[str, int]:
+        """Move robots, one at a time, off the most loaded replica while it is over
+        capacity and a move lowers the highest load of the two replicas involved."""
+        moved: dict[str, int] = {}
+        for _ in range(len(self._where)):
+            alive = [k for k, up in enumerate(self.alive) if up]
+            loads = {k: self.load(k) for k in alive}
+            hot = max(alive, key=lambda k: (loads[k], -k))
+            if loads[hot] <= OVER_CAPACITY:
+                break
+            best: tuple[float, str, int] | None = None
+            members = self.members(hot)
+            tried: set[RobotDemand] = set()
+            for robot_id in members:
+                demand = self._demand[robot_id]
+                if demand in tried:
+                    continue
+                tried.add(demand)
+                rest = [self._demand[r] for r in members if r != robot_id]
+                hot_after = replica_load(rest, self.profiles[hot])
+                for k in alive:
+                    if k == hot:
+                        continue
+                    worst = max(hot_after, self.load(k, [demand]))
+                    if worst < loads[hot] - _IMPROVES and (best is None or worst < best[0]):
+                        best = (worst, robot_id, k)
+            if best is None:
+                break
+            _, robot_id, k = best
+            self.move(robot_id, k)
+            moved[robot_id] = k
+        return moved
