@@ -32,8 +32,8 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"transports"}),
     frozenset({"serve"}),
     # What drives the server or the shared decision step: simulator, real-socket fleet,
-    # evaluation, fuzzing.
-    frozenset({"sim", "fleet", "eval", "fuzz"}),
+    # evaluation, fuzzing, the cluster of servers.
+    frozenset({"sim", "fleet", "eval", "fuzz", "cluster"}),
     frozenset({"cli"}),
 )
 """Parts from the bottom up."""

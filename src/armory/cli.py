@@ -14,11 +14,12 @@ import json
 import logging
 import os
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal, NoReturn
+from typing import TYPE_CHECKING, Annotated, Literal, NoReturn
 
 import tyro
 import yaml
@@ -44,6 +45,9 @@ from armory.sim.simulator import SimConfig, simulate
 from armory.sim.table import format_gpus, format_report, format_rules, format_sweep
 from armory.transports.groot_config import GrootDoorConfig
 from armory.transports.lerobot_grpc import LeRobotDoorConfig
+
+if TYPE_CHECKING:
+    from armory.serve import ArmoryServer
 
 USAGE_ERROR = 2
 RUN_FAILED = 1
@@ -275,31 +279,38 @@ class Serve:
 
     def run(self) -> int:
         with _usage_errors():
-            if self.port is not None and not 0 <= self.port <= 65535:
-                raise ValueError(f"--port must be in 0..65535, got {self.port}")
-            api_key = self.api_key or os.environ.get(API_KEY_ENV) or None
-            doors = []
-            if self.groot.is_open:
-                doors.extend(
-                    self.groot.doors(
-                        self.host, on_kill=lambda: server.request_stop(), api_key=api_key
-                    )
-                )
-            if self.lerobot.port is not None:
-                doors.append(self.lerobot.door(self.host, api_key=api_key))
-            if self.port is None and not doors:
-                raise ValueError("every door is closed: give --port or another door's port")
-            _check_seed(self.seed)
             level = logging.getLevelName(self.log_level.upper())
             if not isinstance(level, int):
                 raise ValueError(f"--log-level {self.log_level!r} is not a logging level")
-            scheduler = make_scheduler(
-                self.scheduler_options.config(self.server.scheduler, self.seed)
-            )
-            from armory.serve import ArmoryServer, run_server
-
-            policy = make_policy(self.policy)
+            server = self.make_server()
         configure_logging(level, log_format=self.log_format, log_decisions=self.log_decisions)
+        from armory.serve import run_server
+
+        try:
+            return run_server(server)
+        except OSError as exc:  # e.g. a door's port is taken: the message names the door
+            raise UsageError(f"cannot serve: {exc}") from exc
+
+    def make_server(self) -> ArmoryServer:
+        """The server these options describe, not yet started (``ValueError`` names a bad
+        option); ``armory cluster`` builds each replica's server with it."""
+        if self.port is not None and not 0 <= self.port <= 65535:
+            raise ValueError(f"--port must be in 0..65535, got {self.port}")
+        api_key = self.api_key or os.environ.get(API_KEY_ENV) or None
+        doors = []
+        if self.groot.is_open:
+            doors.extend(
+                self.groot.doors(self.host, on_kill=lambda: server.request_stop(), api_key=api_key)
+            )
+        if self.lerobot.port is not None:
+            doors.append(self.lerobot.door(self.host, api_key=api_key))
+        if self.port is None and not doors:
+            raise ValueError("every door is closed: give --port or another door's port")
+        _check_seed(self.seed)
+        scheduler = make_scheduler(self.scheduler_options.config(self.server.scheduler, self.seed))
+        from armory.serve import ArmoryServer
+
+        policy = make_policy(self.policy)
         server = ArmoryServer(
             policy,
             self.server,
@@ -309,10 +320,66 @@ class Serve:
             scheduler=scheduler,
             doors=doors,
         )
-        try:
-            return run_server(server)
-        except OSError as exc:  # e.g. a door's port is taken: the message names the door
-            raise UsageError(f"cannot serve: {exc}") from exc
+        return server
+
+
+def _replica_defaults() -> Serve:
+    return Serve(port=0)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Serve one policy from several replicas under Ray Serve, one engine (and GPU) each;
+    a front door tells each robot its replica, placed by load (docs/scale-out.md)."""
+
+    replicas: int = 2
+    """Replicas, each its own engine with its own doors."""
+    placement: Annotated[str, tyro.conf.arg(help=f"Placement: {_PLACEMENTS}.")] = "fluid"
+    host: str = "127.0.0.1"
+    """Address of the front door; 127.0.0.1 unless robots connect from other machines."""
+    port: int = 8000
+    """Port of the front door (robots connect to ws://host:port; 0 picks a free one)."""
+    gpus_per_replica: float = 0.0
+    """GPUs per replica (1 on a GPU machine; 0 runs the replicas on CPUs)."""
+    cpus_per_replica: float = 1.0
+    ray_address: str | None = None
+    """Join this Ray cluster (auto, or the head's host:port) instead of starting one."""
+    replica: Serve = dataclasses.field(default_factory=_replica_defaults)
+    """Each replica's server, as armory serve takes it (its ports are picked free)."""
+
+    def run(self) -> int:
+        with _usage_errors():
+            check_placement_name(self.placement)
+            try:
+                import ray  # noqa: F401
+
+                from armory.cluster.ray_cluster import ClusterConfig, ClusterRunner
+            except ModuleNotFoundError as exc:
+                raise ValueError(
+                    f"armory cluster needs Ray Serve ({exc.name} is missing): "
+                    "pip install 'armory[cluster]'"
+                ) from exc
+            config = ClusterConfig(
+                num_replicas=self.replicas,
+                gpus_per_replica=self.gpus_per_replica,
+                cpus_per_replica=self.cpus_per_replica,
+                placement=self.placement,
+                host=self.host,
+                port=self.port,
+                ray_address=self.ray_address,
+            )
+            runner = ClusterRunner(config, self.replica)
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+        with runner:
+            print(f"front door: {runner.uri} (GET /place, /replicas, /healthz)", flush=True)
+            for slot, address in enumerate(runner.addresses()):
+                doors = address.door_addresses() if address else {}
+                print(f"replica {slot}: {doors}", flush=True)
+            try:
+                threading.Event().wait()
+            except KeyboardInterrupt:
+                print("stopping", flush=True)
+        return 0
 
 
 @dataclass(frozen=True)
@@ -439,6 +506,7 @@ Command = (
     Annotated[Simulate, tyro.conf.subcommand("simulate")]
     | Annotated[Sweep, tyro.conf.subcommand("sweep")]
     | Annotated[Serve, tyro.conf.subcommand("serve")]
+    | Annotated[Cluster, tyro.conf.subcommand("cluster")]
     | Annotated[Fleet, tyro.conf.subcommand("fleet")]
     | Annotated[Eval, tyro.conf.subcommand("eval")]
     | Annotated[Fleets, tyro.conf.subcommand("fleets")]

@@ -1,0 +1,202 @@
+"""The cluster's front door: tells each robot its replica; carries no robot traffic.
+
+A robot's WebSocket handshake at ``ws://host:port/`` is answered ``307 Temporary
+Redirect`` to its replica's openpi door (the Armory clients and websockets' asyncio
+client follow it; the robot then talks to its replica directly, and reconnects
+through the front door, which sends it to a replica that is up). ``GET /place``
+answers the same choice as JSON with every door of the replica (GR00T and LeRobot
+robots, which cannot follow an HTTP redirect, ask there first). ``GET /replicas``
+lists the slots; ``GET /healthz`` answers 200 while some replica is up.
+
+The door keeps the cluster's :class:`~armory.placement.base.Placement`: a robot that
+names itself keeps its replica while that replica is up; when a replica is found
+dead its robots are placed again at once, so the next connection of each goes to a
+replica that is up.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import deque
+from http import HTTPStatus
+
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.http11 import Request, Response
+
+from armory.cluster.placement_request import PlacementRequest, parse_placement_request
+from armory.cluster.replica_table import ReplicaAddress, ReplicaTable
+from armory.placement.base import NoReplicaError, Placement, ReplicaProfile
+from armory.transports import http
+
+logger = logging.getLogger(__name__)
+
+MAX_ANONYMOUS = 4096
+"""Robots without a name the placement remembers (the oldest are forgotten first)."""
+PLACE_PATH = "/place"
+REPLICAS_PATH = "/replicas"
+
+
+class FrontDoor:
+    """Answers robots with their replica (redirect or JSON) on ``host:port``."""
+
+    def __init__(
+        self,
+        table: ReplicaTable,
+        placement: Placement,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        # Security
+        api_key: str | None = None,
+    ) -> None:
+        if placement.num_replicas != len(table.slots):
+            raise ValueError(
+                f"placement has {placement.num_replicas} replicas, the table "
+                f"{len(table.slots)} slots"
+            )
+        self.table = table
+        self.placement = placement
+        self.host = host
+        self._requested_port = port
+        self._api_key = api_key
+        self._server: Server | None = None
+        self._anonymous: deque[str] = deque()
+        self._num_anonymous = 0
+        self.num_redirects = 0
+        for slot, held in enumerate(table.slots):
+            if held is None:
+                placement.fail(slot)
+
+    # ---- replicas coming and going (called on the door's loop) ---------
+
+    def replica_up(self, address: ReplicaAddress, profile: ReplicaProfile | None) -> int | None:
+        """A replica announced itself: the slot it took, if any."""
+        slot = self.table.arrive(address)
+        if slot is not None:
+            self.placement.restore(slot, profile)
+            logger.info("replica %s up in slot %d: %s", address.replica_id, slot, address.host)
+        return slot
+
+    def replica_down(self, slot: int) -> dict[str, int]:
+        """The replica in ``slot`` is dead: its robots are placed again (robot -> slot)."""
+        address = self.table.retire(slot)
+        moved = self.placement.fail(slot)
+        logger.warning(
+            "replica %s in slot %d is down; %d robots placed again",
+            address.replica_id if address else "?",
+            slot,
+            len(moved),
+        )
+        return moved
+
+    # ---- robots ---------------------------------------------------------
+
+    def assign(self, request: PlacementRequest) -> tuple[int, ReplicaAddress]:
+        """The slot and replica that serve the robot (``NoReplicaError`` when none is up)."""
+        robot = request.robot
+        if robot is None:
+            self._num_anonymous += 1
+            robot = f"anonymous-{self._num_anonymous}"
+            self._anonymous.append(robot)
+            if len(self._anonymous) > MAX_ANONYMOUS:
+                self.placement.remove(self._anonymous.popleft())
+        slot = self.placement.replica_of(robot)
+        if slot is None or self.table.slots[slot] is None:
+            slot = self.placement.place(robot, request.demand)
+        address = self.table.slots[slot]
+        if address is None:  # placement and table disagree: a bug
+            raise AssertionError(f"slot {slot} is placed on but holds no replica")
+        return slot, address
+
+    def listing(self) -> list[dict[str, object]]:
+        """Each slot: its replica's doors and the robots placed there."""
+        return [
+            {
+                "slot": slot,
+                "replica_id": held.replica_id if held else None,
+                "doors": held.door_addresses() if held else {},
+                "num_robots": len(self.placement.members(slot)),
+            }
+            for slot, held in enumerate(self.table.slots)
+        ]
+
+    # ---- I/O ------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("the front door is not started")
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def start(self) -> None:
+        self._server = await serve(
+            self._refuse_websocket,
+            self.host,
+            self._requested_port,
+            process_request=self._process_request,
+            server_header="armory-front-door",
+        )
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _refuse_websocket(self, ws: ServerConnection) -> None:
+        """Never reached: every handshake is answered before it completes."""
+        await ws.close(1011, "the front door carries no robot traffic")
+
+    def _process_request(self, connection: ServerConnection, request: Request) -> Response:
+        status, body, location = self.answer(request.path, request.headers.get(http.AUTH_HEADER))
+        if status >= 400:
+            logger.info("front door refused %s: HTTP %d %s", request.path, status, body.strip())
+        response = connection.respond(status, body)
+        if location is not None:
+            response.headers["Location"] = location
+        if body.startswith(("{", "[")):
+            del response.headers["Content-Type"]
+            response.headers["Content-Type"] = "application/json"
+        return response
+
+    def answer(self, target: str, auth_header: str | None) -> tuple[HTTPStatus, str, str | None]:
+        """(status, body, redirect location) for a request target; pure but for placing."""
+        path = target.split("?", 1)[0]
+        if path == http.HEALTH_PATH:
+            up = self.table.num_up
+            status = HTTPStatus.OK if up else HTTPStatus.SERVICE_UNAVAILABLE
+            return status, f"{up}/{len(self.table.slots)} replicas up\n", None
+        if not http.api_key_ok(auth_header, self._api_key):
+            return (
+                HTTPStatus.UNAUTHORIZED,
+                f"missing or wrong API key: send the header "
+                f"'{http.AUTH_HEADER}: {http.AUTH_SCHEME} <key>'\n",
+                None,
+            )
+        if path == REPLICAS_PATH:
+            return HTTPStatus.OK, json.dumps(self.listing(), indent=2) + "\n", None
+        if path not in ("/", PLACE_PATH):
+            return HTTPStatus.NOT_FOUND, f"no such path {path!r}: ws:// here, or /place\n", None
+        try:
+            request = parse_placement_request(target)
+            slot, address = self.assign(request)
+        except ValueError as exc:
+            return HTTPStatus.BAD_REQUEST, f"{exc}\n", None
+        except NoReplicaError:
+            return HTTPStatus.SERVICE_UNAVAILABLE, "no replica is up; try again shortly\n", None
+        doors = address.door_addresses()
+        if path == PLACE_PATH:
+            if request.door not in doors:
+                return (
+                    HTTPStatus.BAD_REQUEST,
+                    f"the replicas have no {request.door} door open; open: {', '.join(doors)}\n",
+                    None,
+                )
+            body = {"slot": slot, "replica_id": address.replica_id, "doors": doors}
+            return HTTPStatus.OK, json.dumps(body) + "\n", None
+        self.num_redirects += 1
+        return (
+            HTTPStatus.TEMPORARY_REDIRECT,
+            f"robot served at {doors['openpi']}\n",
+            doors["openpi"],
+        )

@@ -1,0 +1,97 @@
+"""Keeps the front door's replica table true: new replicas in, dead ones out.
+
+Each period the supervisor reads the replicas that announced themselves (from the
+cluster's registry) and probes every slot's replica (:mod:`armory.cluster.health`).
+A replica whose port refuses connections, or that misses ``misses_to_down`` probes
+in a row (hung), is declared down: the front door places its robots again. Ray Serve
+restarts it; the new process announces itself and takes the free slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from armory.cluster.front_door import FrontDoor
+from armory.cluster.health import Probe, probe_replica
+from armory.cluster.replica_table import ReplicaAddress
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SupervisorConfig:
+    """How often and how patiently replicas are checked."""
+
+    period_s: float = 0.5
+    """Seconds between rounds of probes."""
+    timeout_s: float = 1.0
+    """A probe not answered within this many seconds is a miss."""
+    misses_to_down: int = 3
+    """Misses in a row after which a replica that still accepts connections is down."""
+    max_batch_size: int = 4
+    """Of the replicas' servers: the learned latency is read up to this size."""
+
+    def __post_init__(self) -> None:
+        if not self.period_s > 0 or not self.timeout_s > 0:
+            raise ValueError(f"period_s and timeout_s must be > 0, got {self}")
+        if self.misses_to_down < 1:
+            raise ValueError(f"misses_to_down must be >= 1, got {self.misses_to_down}")
+
+
+class Supervisor:
+    """Runs on the front door's event loop until cancelled."""
+
+    def __init__(
+        self,
+        door: FrontDoor,
+        announced: Callable[[], Awaitable[list[ReplicaAddress]]],
+        config: SupervisorConfig,
+        *,
+        api_key: str | None = None,
+    ) -> None:
+        self.door = door
+        self._announced = announced
+        self.config = config
+        self._api_key = api_key
+        self._misses: dict[str, int] = {}
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.round()
+            except Exception:  # the registry briefly unreachable must not end supervision
+                logger.exception("supervision round failed; retrying")
+            await asyncio.sleep(self.config.period_s)
+
+    async def _probe(self, address: ReplicaAddress) -> Probe:
+        return await probe_replica(
+            address.host,
+            address.openpi_port,
+            timeout_s=self.config.timeout_s,
+            max_batch_size=self.config.max_batch_size,
+            api_key=self._api_key,
+        )
+
+    async def round(self) -> None:
+        """Admit replicas that announced themselves and answer; retire dead ones."""
+        table = self.door.table
+        for address in await self._announced():
+            if table.slot_of(address.replica_id) is None and address.replica_id not in self._misses:
+                probe = await self._probe(address)
+                if probe.alive and self.door.replica_up(address, probe.profile) is not None:
+                    self._misses[address.replica_id] = 0
+        held = [(slot, a) for slot, a in enumerate(table.slots) if a is not None]
+        probes = await asyncio.gather(*(self._probe(a) for _, a in held))
+        for (slot, address), probe in zip(held, probes, strict=True):
+            if probe.alive:
+                self._misses[address.replica_id] = 0
+                if probe.profile is not None:
+                    self.door.placement.update_profile(slot, probe.profile)
+                continue
+            misses = self._misses.get(address.replica_id, 0) + 1
+            self._misses[address.replica_id] = misses
+            if probe.refused or misses >= self.config.misses_to_down:
+                self.door.replica_down(slot)

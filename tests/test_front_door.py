@@ -1,0 +1,171 @@
+"""The cluster's front door without Ray: robots told their replica (redirect or JSON),
+replicas coming and going, and the supervisor that notices a dead one."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from http import HTTPStatus
+
+import pytest
+from armory_client import AsyncPolicyClient, PolicyClient
+from server_harness import make_mock, make_obs
+
+from armory.cluster.front_door import FrontDoor
+from armory.cluster.placement_request import parse_placement_request
+from armory.cluster.replica_table import ReplicaAddress, ReplicaTable
+from armory.cluster.supervisor import Supervisor, SupervisorConfig
+from armory.engine.config import ServerConfig
+from armory.placement.base import ReplicaProfile, RobotDemand
+from armory.placement.registry import make_placement
+from armory.serve import ArmoryServer
+
+GPU = ReplicaProfile((0.05, 0.06, 0.07, 0.08))
+
+
+def _address(name: str, port: int) -> ReplicaAddress:
+    return ReplicaAddress(replica_id=name, host="127.0.0.1", openpi_port=port, groot_port=port + 1)
+
+
+def _door(num_slots: int = 2, placement: str = "least-robots", **kwargs: object) -> FrontDoor:
+    table = ReplicaTable(num_slots)
+    door = FrontDoor(table, make_placement(placement, [GPU] * num_slots), port=0, **kwargs)
+    for slot in range(num_slots):
+        door.replica_up(_address(f"r{slot}", 9000 + 10 * slot), None)
+    return door
+
+
+def test_parse_reads_name_door_and_demand() -> None:
+    """The query names the robot, its door and what it asks of a GPU."""
+    request = parse_placement_request("/place?robot=arm-3&door=groot&control_hz=30&weight=2")
+    assert (request.path, request.robot, request.door) == ("/place", "arm-3", "groot")
+    assert request.demand == RobotDemand(control_hz=30.0, weight=2.0)
+    assert parse_placement_request("/").demand == RobotDemand()
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("/?control_hz=fast", "control_hz must be a number"),
+        ("/?control_hz=-1", "control_hz must be > 0"),
+        ("/?max_execution_horizon=2.5", "whole number"),
+        ("/?speed=3", "unknown query parameter 'speed'"),
+        ("/?robot=a&robot=b", "given 2 times"),
+        ("/?robot=" + "x" * 200, "robot name"),
+        ("/?door=ros", "door must be"),
+        ("/?control_hz=nan", "finite"),
+    ],
+)
+def test_parse_refuses_bad_queries_naming_the_parameter(target: str, message: str) -> None:
+    """Each bad query is refused with the parameter it got wrong."""
+    with pytest.raises(ValueError, match=message):
+        parse_placement_request(target)
+
+
+def test_redirect_place_and_listing() -> None:
+    """A handshake is redirected to the replica's openpi door; /place answers every door of
+    the same replica; robots spread over the replicas; a named robot keeps its replica."""
+    door = _door()
+    status, _, location = door.answer("/?robot=a", None)
+    assert status == HTTPStatus.TEMPORARY_REDIRECT and location == "ws://127.0.0.1:9000"
+    status, body, _ = door.answer("/place?robot=b&door=groot", None)
+    assert status == HTTPStatus.OK
+    assert json.loads(body)["doors"]["groot"] == "tcp://127.0.0.1:9011"
+    assert door.answer("/?robot=a", None)[2] == "ws://127.0.0.1:9000"  # kept
+    listing = json.loads(door.answer("/replicas", None)[1])
+    assert [entry["num_robots"] for entry in listing] == [1, 1]
+
+
+def test_errors_go_to_the_one_robot_concerned() -> None:
+    """A bad query is 400, a wrong key 401 (health needs none), an unknown path 404, a
+    door the replicas lack 400, and no replica up 503."""
+    door = _door(api_key="k")
+    assert door.answer("/?control_hz=x", "Api-Key k")[0] == HTTPStatus.BAD_REQUEST
+    assert door.answer("/", "Api-Key wrong")[0] == HTTPStatus.UNAUTHORIZED
+    assert door.answer("/healthz", None)[0] == HTTPStatus.OK
+    assert door.answer("/stats", "Api-Key k")[0] == HTTPStatus.NOT_FOUND
+    status, body, _ = door.answer("/place?door=lerobot", "Api-Key k")
+    assert status == HTTPStatus.BAD_REQUEST and "no lerobot door" in body
+    door.replica_down(0)
+    door.replica_down(1)
+    assert door.answer("/", "Api-Key k")[0] == HTTPStatus.SERVICE_UNAVAILABLE
+    assert door.answer("/healthz", None)[0] == HTTPStatus.SERVICE_UNAVAILABLE
+
+
+def test_replica_down_sends_its_robots_elsewhere_and_a_new_one_takes_the_slot() -> None:
+    """When a replica dies its robots are redirected to the other; a restarted replica
+    takes the free slot and new robots go there; the dead one never returns."""
+    door = _door()
+    for name in "abcd":
+        door.answer(f"/?robot={name}", None)
+    moved = door.replica_down(0)
+    assert sorted(moved) == ["a", "c"] and set(moved.values()) == {1}
+    assert door.answer("/?robot=a", None)[2] == "ws://127.0.0.1:9010"
+    assert door.replica_up(_address("r0", 9000), None) is None  # retired
+    assert door.replica_up(_address("r0-new", 9100), None) == 0
+    assert door.answer("/?robot=e", None)[2] == "ws://127.0.0.1:9100"
+
+
+def test_anonymous_robots_are_forgotten_oldest_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Robots without a name are remembered up to a bound, then dropped from placement."""
+    monkeypatch.setattr("armory.cluster.front_door.MAX_ANONYMOUS", 3)
+    door = _door()
+    for _ in range(5):
+        door.answer("/", None)
+    assert sum(len(door.placement.members(k)) for k in range(2)) == 3
+
+
+def _server() -> ArmoryServer:
+    return ArmoryServer(make_mock(), ServerConfig(max_batch_size=4), port=0)
+
+
+def test_clients_follow_the_redirect_and_the_supervisor_retires_a_dead_replica() -> None:
+    """Over real sockets: the blocking and the asyncio client reach their replica through
+    the front door; after one replica stops, the supervisor retires it within a round and
+    the robot it served is answered by the other on its next request."""
+
+    async def scenario() -> None:
+        servers = [_server(), _server()]
+        for server in servers:
+            await server.start()
+        table = ReplicaTable(2)
+        door = FrontDoor(table, make_placement("fluid", [GPU] * 2), port=0)
+        await door.start()
+        announced = [
+            ReplicaAddress(replica_id=f"r{k}", host="127.0.0.1", openpi_port=s.port)
+            for k, s in enumerate(servers)
+        ]
+
+        async def registry() -> list[ReplicaAddress]:
+            return announced
+
+        supervisor = Supervisor(door, registry, SupervisorConfig(period_s=0.05, timeout_s=1.0))
+        await supervisor.round()
+        assert table.num_up == 2
+        uri = f"ws://127.0.0.1:{door.port}/?robot="
+        try:
+            sync_clients = [PolicyClient(uri + f"s{i}", request_timeout_s=10.0) for i in range(2)]
+            for i, client in enumerate(sync_clients):
+                reply = await asyncio.to_thread(client.infer, make_obs(i))
+                assert reply["actions"].shape[0] > 0
+            async with AsyncPolicyClient(uri + "a0", request_timeout_s=10.0) as client:
+                assert (await client.infer(make_obs(5)))["actions"].shape[0] > 0
+            assert [s.engine.stats().num_requests for s in servers] == [2, 1] or [
+                s.engine.stats().num_requests for s in servers
+            ] == [1, 2]
+            victim = door.placement.replica_of("s0")
+            await servers[victim].stop()
+            await supervisor.round()
+            assert table.slots[victim] is None
+            assert door.placement.replica_of("s0") == 1 - victim
+            reply = await asyncio.to_thread(sync_clients[0].infer, make_obs(7))
+            assert reply["actions"].shape[0] > 0
+            assert sync_clients[0].num_connections == 2
+            for client in sync_clients:
+                client.close()
+        finally:
+            await door.stop()
+            for server in servers:
+                await server.stop()
+
+    asyncio.run(scenario())
