@@ -10,14 +10,18 @@ from armory.placement.fluid_load import replica_load
 OVER_CAPACITY = 1.0
 """A replica whose fluid load exceeds this is over capacity: robots move off it."""
 
+LOAD_TIE = 0.02
+"""Replicas whose loads after adding a robot differ by at most this are tied on load."""
+
 _IMPROVES = 1e-9
 """A move must lower the hottest load by more than this (against rounding)."""
 
 
 class FluidPlacement(Placement):
-    """Places each robot where the fluid load after adding it is least (the fewest robots,
-    then the lowest index, on ties); moves robots only off a replica over capacity or one
-    that failed."""
+    """Places each robot where the fluid load after adding it is least (among loads within
+    ``LOAD_TIE`` of the least: the fewest robots like it, then the fewest robots, then the
+    least load, then the lowest index); moves robots only off a replica over capacity or
+    one that failed."""
 
     name = "fluid"
 
@@ -26,8 +30,18 @@ class FluidPlacement(Placement):
         return replica_load([*self.demands(replica), *extra], self.profiles[replica])
 
     def choose(self, demand: RobotDemand, candidates: Sequence[int]) -> int:
-        counts = {k: len(self.members(k)) for k in candidates}
-        return min(candidates, key=lambda k: (self.load(k, [demand]), counts[k], k))
+        loads = {k: self.load(k, [demand]) for k in candidates}
+        least = min(loads.values())
+        # Loads this close are equal to the model's precision: then fewer robots (smaller
+        # batches, shorter forward passes) decide, as they do for robots far below capacity.
+        # Among those, the fewest robots of the same kind first: each replica then
+        # serves the same mix, a copy at scale of the fleet.
+        close = [k for k in candidates if loads[k] <= least + LOAD_TIE]
+        demands = {k: self.demands(k) for k in close}
+        return min(
+            close,
+            key=lambda k: (demands[k].count(demand), len(demands[k]), loads[k], k),
+        )
 
     def rebalance(self) -> dict[str, int]:
         """Move robots, one at a time, off the most loaded replica while it is over
