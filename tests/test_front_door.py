@@ -169,3 +169,13 @@ def test_clients_follow_the_redirect_and_the_supervisor_retires_a_dead_replica()
                 await server.stop()
 
     asyncio.run(scenario())
+
+
+def test_cluster_cli_refuses_bad_options(capsys: pytest.CaptureFixture[str]) -> None:
+    """armory cluster names a bad placement or replica count in one line, starting nothing."""
+    from armory.cli import main
+
+    assert main(["cluster", "--placement", "nearest"]) == 2
+    assert "valid names: random" in capsys.readouterr().err
+    assert main(["cluster", "--replicas", "0"]) == 2
+    assert "--replicas must be >= 1" in capsys.readouterr().err

@@ -150,6 +150,11 @@ class ServerThread:
     def uri(self) -> str:
         return self.server.uri
 
+    @property
+    def alive(self) -> bool:
+        """Whether the server's thread still runs."""
+        return self._thread.is_alive()
+
     def start(self) -> Self:
         """Start the thread and the server; raises (with the thread stopped) if it cannot bind."""
         self._thread.start()

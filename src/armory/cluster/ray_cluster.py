@@ -144,9 +144,11 @@ class ArmoryReplica:
         ray.get(registry.announce.remote(self.address))
 
     def check_health(self) -> None:
-        """Called by Ray Serve every health-check period: raises if the server died."""
-        if not self._thread._thread.is_alive():
+        """Called by Ray Serve every health-check period: raises if the server's thread
+        stopped or its event loop does not answer within 5 s (then Serve restarts it)."""
+        if not self._thread.alive:
             raise RuntimeError("the replica's server thread has stopped")
+        self._thread.stats()  # read on the server's loop: raises TimeoutError when hung
 
     def get_address(self) -> ReplicaAddress:
         return self.address
