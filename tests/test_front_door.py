@@ -84,8 +84,9 @@ def test_errors_go_to_the_one_robot_concerned() -> None:
     assert door.answer("/", "Api-Key wrong")[0] == HTTPStatus.UNAUTHORIZED
     assert door.answer("/healthz", None)[0] == HTTPStatus.OK
     assert door.answer("/stats", "Api-Key k")[0] == HTTPStatus.NOT_FOUND
-    status, body, _ = door.answer("/place?door=lerobot", "Api-Key k")
+    status, body, _ = door.answer("/place?door=lerobot&robot=x", "Api-Key k")
     assert status == HTTPStatus.BAD_REQUEST and "no lerobot door" in body
+    assert door.placement.replica_of("x") is None  # a refused robot is not placed
     door.replica_down(0)
     door.replica_down(1)
     assert door.answer("/", "Api-Key k")[0] == HTTPStatus.SERVICE_UNAVAILABLE

@@ -13,6 +13,7 @@ import dataclasses
 import json
 import logging
 import os
+import signal
 import sys
 import threading
 from collections.abc import Iterator, Sequence
@@ -370,15 +371,18 @@ class Cluster:
             )
             runner = ClusterRunner(config, self.replica)
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+        logging.getLogger("websockets").setLevel(logging.WARNING)  # one line per robot
         with runner:
             print(f"front door: {runner.uri} (GET /place, /replicas, /healthz)", flush=True)
             for slot, address in enumerate(runner.addresses()):
                 doors = address.door_addresses() if address else {}
                 print(f"replica {slot}: {doors}", flush=True)
-            try:
-                threading.Event().wait()
-            except KeyboardInterrupt:
-                print("stopping", flush=True)
+            stop = threading.Event()
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(signum, lambda *_: stop.set())
+            while not stop.wait(0.5):
+                pass
+            print("stopping the front door, the replicas and Ray", flush=True)
         return 0
 
 

@@ -179,19 +179,24 @@ class FrontDoor:
             return HTTPStatus.NOT_FOUND, f"no such path {path!r}: ws:// here, or /place\n", None
         try:
             request = parse_placement_request(target)
-            slot, address = self.assign(request)
         except ValueError as exc:
             return HTTPStatus.BAD_REQUEST, f"{exc}\n", None
+        up = [held for held in self.table.slots if held is not None]
+        if not up:
+            return HTTPStatus.SERVICE_UNAVAILABLE, "no replica is up; try again shortly\n", None
+        open_doors = up[0].door_addresses()  # every replica opens the same doors
+        if path == PLACE_PATH and request.door not in open_doors:
+            return (
+                HTTPStatus.BAD_REQUEST,
+                f"the replicas have no {request.door} door open; open: {', '.join(open_doors)}\n",
+                None,
+            )
+        try:
+            slot, address = self.assign(request)
         except NoReplicaError:
             return HTTPStatus.SERVICE_UNAVAILABLE, "no replica is up; try again shortly\n", None
         doors = address.door_addresses()
         if path == PLACE_PATH:
-            if request.door not in doors:
-                return (
-                    HTTPStatus.BAD_REQUEST,
-                    f"the replicas have no {request.door} door open; open: {', '.join(doors)}\n",
-                    None,
-                )
             body = {"slot": slot, "replica_id": address.replica_id, "doors": doors}
             return HTTPStatus.OK, json.dumps(body) + "\n", None
         self.num_redirects += 1
