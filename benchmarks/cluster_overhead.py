@@ -30,8 +30,8 @@ from armory_client import PolicyClient
 
 from armory.cli import Serve
 from armory.cluster.ray_cluster import ClusterConfig, ClusterRunner
+from armory.core.latency_profile import LinearProfileConfig
 from armory.engine.config import ServerConfig
-from armory.engine.latency_profile import LinearProfileConfig
 from armory.policies.mock import MockPolicyConfig
 
 LINEAR = LinearProfileConfig(intercept_s=0.005, slope_s=0.001)

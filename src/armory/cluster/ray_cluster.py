@@ -53,6 +53,7 @@ class ServerRecipe(Protocol):
 
     def make_server(self) -> ArmoryServer: ...
 
+
 logger = logging.getLogger(__name__)
 
 NAMESPACE = "armory"
