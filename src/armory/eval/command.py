@@ -19,6 +19,7 @@ import tyro
 from tqdm import tqdm
 
 from armory.engine.config import ServerConfig
+from armory.eval.lerobot_client import lerobot_layout
 from armory.eval.plan import EvalPlan
 from armory.eval.plots import plot_queues, plot_success_by_axis
 from armory.eval.pusht import PushTConfig
@@ -30,6 +31,7 @@ from armory.eval.variation import VariationConfig
 from armory.policies.config import PolicyConfig, make_policy
 from armory.policies.expert import ExpertPolicyConfig
 from armory.transports.groot_config import GrootDoorConfig
+from armory.transports.lerobot_grpc import LeRobotDoorConfig
 
 EnvChoice = (
     Annotated[So101PickConfig, tyro.conf.subcommand("so101-pick")]
@@ -75,11 +77,12 @@ class Eval:
     average, conservative, temporal_ensemble or rtc."""
     execution_horizon: int | None = None
     """Most actions a robot plays of one chunk; None: the policy's whole chunk."""
-    door: Literal["openpi", "groot"] = "openpi"
-    """The front door robots use: openpi (WebSocket, Armory's queue state) or groot
-    (ZeroMQ, plain clients; the in-process server opens it)."""
+    door: Literal["openpi", "groot", "lerobot"] = "openpi"
+    """The front door robots use: openpi (WebSocket, Armory's queue state), groot (ZeroMQ,
+    plain clients) or lerobot (gRPC, as LeRobot's RobotClient); the in-process server
+    opens it."""
     door_port: int | None = None
-    """With --server and --door groot: the GR00T door's port on the server's host."""
+    """With --server and --door groot or lerobot: that door's port on the server's host."""
     mapping: dict[str, str] = field(default_factory=dict)
     """Rename observation entries to the policy's input names: ENV_KEY POLICY_KEY ..."""
     variation: VariationConfig = field(default_factory=VariationConfig)
@@ -105,11 +108,13 @@ class Eval:
     def _run(self) -> int:
         api_key = self.api_key or os.environ.get(API_KEY_ENV) or None
         if self.server is not None:
-            if self.door == "groot" and self.door_port is None:
-                raise ValueError("--door groot with --server needs --door-port (the GR00T port)")
+            if self.door != "openpi" and self.door_port is None:
+                raise ValueError(
+                    f"--door {self.door} with --server needs --door-port (that door's port)"
+                )
             info = {"in_process_server": False}
-            groot_port = self.door_port if self.door == "groot" else None
-            return self._evaluate(_uri(self.server), api_key, info, None, groot_port, None)
+            door_port = self.door_port if self.door != "openpi" else None
+            return self._evaluate(_uri(self.server), api_key, info, None, door_port, None)
         from armory.serve import ArmoryServer, ServerThread
 
         policy_config = self._scaled_policy()
@@ -118,6 +123,8 @@ class Eval:
         doors = []
         if self.door == "groot":
             doors.append(GrootDoorConfig(port=0).door("127.0.0.1", api_key=api_key))
+        if self.door == "lerobot":
+            doors.append(_lerobot_door(policy, self.env.name).door("127.0.0.1", api_key=api_key))
         server = ArmoryServer(
             policy, self.serve, host="127.0.0.1", port=0, api_key=api_key, doors=doors
         )
@@ -127,12 +134,12 @@ class Eval:
             "max_batch_size": self.serve.max_batch_size,
         }
         with ServerThread(server) as thread:
-            groot_port = server.doors[0].port if self.door == "groot" else None
+            door_port = server.doors[0].port if doors else None
 
             def num_batches() -> int:
                 return thread.stats().num_batches
 
-            return self._evaluate(thread.uri, api_key, info, ticket, groot_port, num_batches)
+            return self._evaluate(thread.uri, api_key, info, ticket, door_port, num_batches)
 
     def _scaled_policy(self) -> Any:
         """The policy config with its emulated latency divided by the time scale."""
@@ -147,7 +154,7 @@ class Eval:
         api_key: str | None,
         info: dict[str, Any],
         ticket: dict[str, Any] | None,
-        groot_port: int | None,
+        door_port: int | None,
         num_batches: Callable[[], int] | None,
     ) -> int:
         """``num_batches``: the in-process server's forward passes so far, for the progress
@@ -163,7 +170,8 @@ class Eval:
             request_mode=self.request_mode,
             merge_rule=self.merge_rule,
             execution_horizon=self.execution_horizon,
-            groot_port=groot_port,
+            door=self.door,
+            door_port=door_port,
             mapping=self.mapping,
             variation=self.variation,
             scene=self.scene,
@@ -220,6 +228,20 @@ def _uri(server: str) -> str:
     if not (sep and host and port.isdigit() and 0 < int(port) <= 65535):
         raise ValueError(f"--server must look like HOST:PORT, got {server!r}")
     return f"ws://{host}:{port}"
+
+
+def _lerobot_door(policy: Any, env: str) -> LeRobotDoorConfig:
+    """The in-process server's LeRobot door for eval robots: it reads their observations
+    back by their layout (:func:`lerobot_layout`). Pickle is on (the robots are this
+    run's own processes, on 127.0.0.1), and so is a mismatched policy: a simulated
+    robot's state vector is not its action space, which the door's joint check assumes."""
+    inputs = {key: spec.to_wire() for key, spec in policy.metadata.inputs.items()}
+    return LeRobotDoorConfig(
+        port=0,
+        allow_unsafe_pickle_on_untrusted_networks=True,
+        allow_mismatched_policy=True,
+        mapping=lerobot_layout(inputs, env=env).door_mapping(),
+    )
 
 
 def _ticket(config: Any, policy: Any) -> dict[str, Any] | None:

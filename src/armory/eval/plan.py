@@ -12,6 +12,9 @@ from armory.eval.environment import EnvConfig
 from armory.eval.recording import RecordConfig
 from armory.eval.variation import VariationConfig
 
+DOORS = ("openpi", "groot", "lerobot")
+"""Front doors an eval robot can use."""
+
 
 @dataclass(frozen=True)
 class EvalPlan:
@@ -32,8 +35,10 @@ class EvalPlan:
     """How a landing chunk joins each robot's queue (``armory_client.MERGE_RULES``)."""
     execution_horizon: int | None = None
     """Most actions a robot plays of one chunk; None: the policy's whole chunk."""
-    groot_port: int | None = None
-    """Robots connect to the server's GR00T door on this port (same host) instead."""
+    door: str = "openpi"
+    """The front door robots use: openpi (the server at ``uri``), groot or lerobot."""
+    door_port: int | None = None
+    """Port of the groot or lerobot door on the server's host (None for openpi)."""
     mapping: Mapping[str, str] = field(default_factory=dict)
     variation: VariationConfig = field(default_factory=VariationConfig)
     scene: Mapping[str, float] = field(default_factory=dict)
@@ -68,5 +73,9 @@ class EvalPlan:
             raise ValueError(f"--execution-horizon must be >= 1, got {self.execution_horizon}")
         if not self.connect_timeout_s > 0:
             raise ValueError(f"--connect-timeout-s must be > 0, got {self.connect_timeout_s}")
+        if self.door not in DOORS:
+            raise ValueError(f"unknown door {self.door!r}; valid: {', '.join(DOORS)}")
+        if (self.door == "openpi") != (self.door_port is None):
+            raise ValueError(f"--door {self.door} needs a door port exactly when not openpi")
         if not 0 < self.time_scale <= 10:
             raise ValueError(f"--time-scale must be in (0, 10], got {self.time_scale}")

@@ -28,6 +28,7 @@ from armory_client import AsyncPolicyClient, RobotRuntime, RuntimeConfig
 
 from armory.eval.environment import Environment
 from armory.eval.groot_client import GrootInferClient
+from armory.eval.lerobot_client import LeRobotInferClient, lerobot_layout
 from armory.eval.mapping import map_observation
 from armory.eval.plan import EvalPlan
 from armory.eval.recording import EpisodeRecorder
@@ -164,12 +165,12 @@ async def run_episode(job: RobotJob, env: Environment, episode: int) -> EpisodeR
         env,
         mapping=plan.mapping,
         # A GR00T robot sends its streams; the door's layout picks the inputs.
-        inputs=job.inputs if plan.groot_port is None else {},
+        inputs=job.inputs if plan.door != "groot" else {},
         max_steps=max_steps,
         recorder=recorder,
         action_delay_ticks=plan.action_delay_ticks,
     )
-    client = TicketClient(_door_client(plan))
+    client = TicketClient(_door_client(job, robot))
     control_hz = env.control_hz * plan.time_scale
     # The episode's steps start with its first chunk: allow that wait, then some slack.
     wall_limit_s = 1.5 * max_steps / control_hz + plan.request_timeout_s
@@ -221,23 +222,28 @@ async def run_episode(job: RobotJob, env: Environment, episode: int) -> EpisodeR
     return result
 
 
-def _door_client(plan: EvalPlan) -> Any:
-    """The robot's client of the door the plan names (openpi unless a GR00T port)."""
-    if plan.groot_port is None:
-        return AsyncPolicyClient(
-            plan.uri,
-            None,
-            api_key=plan.api_key,
-            connect_timeout_s=plan.connect_timeout_s,
-            request_timeout_s=plan.request_timeout_s,
-        )
+def _door_client(job: RobotJob, robot: EnvRobot) -> Any:
+    """The robot's client of the door the plan names."""
+    plan = job.plan
+    timeouts = {
+        "connect_timeout_s": plan.connect_timeout_s,
+        "request_timeout_s": plan.request_timeout_s,
+    }
+    if plan.door == "openpi" or plan.door_port is None:
+        return AsyncPolicyClient(plan.uri, None, api_key=plan.api_key, **timeouts)
     host = urlsplit(plan.uri).hostname or "127.0.0.1"
-    return GrootInferClient(
+    if plan.door == "groot":
+        return GrootInferClient(host, plan.door_port, api_token=plan.api_key, **timeouts)
+    layout = lerobot_layout(job.inputs, env=plan.env.name)
+    return LeRobotInferClient(
         host,
-        plan.groot_port,
-        api_token=plan.api_key,
-        connect_timeout_s=plan.connect_timeout_s,
-        request_timeout_s=plan.request_timeout_s,
+        plan.door_port,
+        layout=layout,
+        features=layout.features(robot.get_observation()),
+        policy_type=str(job.run_info.get("policy") or "unknown"),
+        actions_per_chunk=job.execution_horizon,
+        api_key=plan.api_key,
+        **timeouts,
     )
 
 

@@ -25,6 +25,7 @@ from typing import Any
 from armory_client import ArmoryClientError, AsyncPolicyClient
 
 from armory.eval.groot_client import check_groot_inputs
+from armory.eval.lerobot_client import lerobot_layout
 from armory.eval.mapping import MappingError, check_mapping
 from armory.eval.plan import EvalPlan
 from armory.eval.results import EpisodeResult, EvalSummary, summarize
@@ -86,10 +87,12 @@ def check_environment(
             episode=0,
             scenario=scenario(axes, plan.variation, 0, plan.scene),
         )
-        if plan.groot_port is None:
-            check_mapping(env.observation(), plan.mapping, inputs, env=plan.env.name)
-        else:
+        if plan.door == "groot":
             check_groot_inputs(env.observation(), inputs, env=plan.env.name)
+        else:
+            check_mapping(env.observation(), plan.mapping, inputs, env=plan.env.name)
+        if plan.door == "lerobot":
+            lerobot_layout(inputs, env=plan.env.name)
         action_dim = metadata.get("action_dim")
         if action_dim != env.action_dim:
             raise MappingError(
@@ -145,7 +148,7 @@ def prepare(plan: EvalPlan) -> PreparedEval:
         "request_mode": plan.request_mode,
         "merge_rule": plan.merge_rule,
         "execution_horizon": execution_horizon,
-        "door": "openpi" if plan.groot_port is None else f"groot (port {plan.groot_port})",
+        "door": plan.door if plan.door_port is None else f"{plan.door} (port {plan.door_port})",
         "action_delay_ticks": plan.action_delay_ticks,
         "mapping": dict(plan.mapping),
         "variation": json.loads(json.dumps(dataclasses.asdict(plan.variation), default=str)),

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import pickle
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -289,6 +290,40 @@ def encode_actions(
     return bytes(out)
 
 
+def encode_observation(obs: TimedObservation) -> bytes:
+    """A pickled ``TimedObservation`` as LeRobot's client sends it (an Armory robot that
+    speaks the door's protocol; tests)."""
+    state = {
+        "timestamp": float(obs.timestamp_s),
+        "timestep": int(obs.timestep),
+        "observation": dict(obs.observation),
+        "must_go": bool(obs.must_go),
+    }
+    return _pickled_instance(_TimedObservationRecord.UPSTREAM, state)
+
+
+def encode_instructions(instructions: PolicyInstructions) -> bytes:
+    """A pickled ``RemotePolicyConfig`` as LeRobot's client sends it."""
+    state = {
+        "policy_type": instructions.policy_type,
+        "pretrained_name_or_path": instructions.pretrained_name_or_path,
+        "lerobot_features": dict(instructions.features),
+        "actions_per_chunk": int(instructions.actions_per_chunk),
+        "device": instructions.device,
+        "rename_map": dict(instructions.rename_map),
+    }
+    return _pickled_instance(_RemotePolicyConfigRecord.UPSTREAM, state)
+
+
+def _pickled_instance(upstream: str, state: dict[str, Any]) -> bytes:
+    """The pickle (protocol 3) of an instance of the class ``upstream`` (``module.Name``)
+    whose ``__dict__`` is ``state``, as the standard pickler writes a dataclass instance,
+    without importing the class: GLOBAL, EMPTY_TUPLE, NEWOBJ, the state, BUILD."""
+    module, _, name = upstream.rpartition(".")
+    inner = pickle.dumps(state, protocol=3)  # PROTO 3 ... STOP; its memo starts at 0
+    return b"\x80\x03c" + f"{module}\n{name}\n".encode() + b")\x81" + inner[2:-1] + b"b."
+
+
 def _global(path: str, *, memo: int, first: bool) -> bytes:
     """GLOBAL once (remembered in memo slot ``memo``), BINGET afterwards."""
     if first:
@@ -380,6 +415,10 @@ class ObservationMapping:
     resize_images: bool = True
     """Resize (keeping the aspect ratio, zero padding) a camera image whose size differs
     from its input's; False: such an image is a bad observation."""
+    pass_through: tuple[str, ...] = ()
+    """Raw observation entries (numbers or arrays) handed to the policy as they are, under
+    their own names, which must be declared inputs of the policy (e.g. a simulated
+    robot's ``privileged/episode`` for ``policy:expert``); checked like every input."""
 
     def __post_init__(self) -> None:
         for pair in self.images:
@@ -388,6 +427,8 @@ class ObservationMapping:
                 raise ValueError(f"image mapping {pair!r} is not of the form camera=input")
         if len(set(self.state_keys)) != len(self.state_keys):
             raise ValueError(f"state_keys must be distinct, got {self.state_keys}")
+        if len(set(self.pass_through)) != len(self.pass_through):
+            raise ValueError(f"pass_through must be distinct, got {self.pass_through}")
 
 
 @dataclass(frozen=True)
@@ -401,6 +442,9 @@ class ResolvedMapping:
     state_spec: InputSpec
     prompt_input: str | None
     resize_images: bool
+    pass_through: tuple[tuple[str, InputSpec], ...] = ()
+    """Raw entries handed to the policy under their own names, with their specs (a
+    missing optional one is left out)."""
 
 
 def resolve_mapping(
@@ -437,6 +481,9 @@ def resolve_mapping(
             f"prompt_input {prompt!r} is not a text input of the policy; its text inputs: "
             f"{', '.join(texts) or 'none'}"
         )
+    _check_pass_through(
+        mapping.pass_through, inputs, taken={state_input, prompt, *_image_targets(images)}
+    )
     return ResolvedMapping(
         images=images,
         state_keys=tuple(state_keys),
@@ -444,7 +491,32 @@ def resolve_mapping(
         state_spec=state_spec,
         prompt_input=prompt,
         resize_images=mapping.resize_images,
+        pass_through=tuple((key, inputs[key]) for key in mapping.pass_through),
     )
+
+
+def _image_targets(images: Sequence[tuple[str, str, InputSpec]]) -> list[str]:
+    """The policy inputs that resolved image pairs fill."""
+    return [target for _, target, _ in images]
+
+
+def _check_pass_through(
+    keys: Sequence[str], inputs: Mapping[str, InputSpec], *, taken: set[str | None]
+) -> None:
+    """Raise ValueError unless each pass-through key is a numeric input of the policy that
+    the state, the images and the prompt leave free."""
+    for key in keys:
+        spec = inputs.get(key)
+        if spec is None or spec.is_text:
+            numeric = [k for k, s in inputs.items() if not s.is_text]
+            raise ValueError(
+                f"pass_through names {key!r}, which is not a numeric input of the policy "
+                f"({', '.join(numeric) or 'none'})"
+            )
+        if key in taken:
+            raise ValueError(
+                f"pass_through names {key!r}, which the state, an image or the prompt fills"
+            )
 
 
 def map_observation(raw: Mapping[str, Any], mapping: ResolvedMapping) -> dict[str, Any]:
@@ -457,6 +529,16 @@ def map_observation(raw: Mapping[str, Any], mapping: ResolvedMapping) -> dict[st
     task = raw.get(TASK_KEY)
     if mapping.prompt_input is not None and isinstance(task, str) and task:
         obs[mapping.prompt_input] = task
+    for key, spec in mapping.pass_through:
+        value = raw.get(key)
+        if value is None and not spec.required:
+            continue
+        if isinstance(value, np.generic):
+            value = np.asarray(value)
+        if not isinstance(value, np.ndarray | int | float) or isinstance(value, bool):
+            got = "nothing" if value is None else type(value).__name__
+            raise ObservationError(f"entry {key!r}: expected a number or an array, received {got}")
+        obs[key] = value
     return obs
 
 
