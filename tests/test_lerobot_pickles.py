@@ -19,9 +19,13 @@ import numpy as np
 import pytest
 
 from armory.transports.lerobot_protocol import (
+    PolicyInstructions,
+    TimedObservation,
     decode_instructions,
     decode_observation,
     encode_actions,
+    encode_instructions,
+    encode_observation,
 )
 from armory.transports.safe_unpickle import TORCH_GLOBALS, safe_loads
 
@@ -34,14 +38,39 @@ pytestmark = pytest.mark.skipif(
 )
 
 ACTIONS = (np.arange(12, dtype=np.float32).reshape(3, 4) / 7).astype(np.float32)
+OBSERVATION = TimedObservation(
+    timestamp_s=3.25,
+    timestep=9,
+    observation={
+        "state.0": 0.5,
+        "front": np.arange(12, dtype=np.uint8).reshape(2, 2, 3),
+        "episode": np.asarray(4, dtype=np.int64),
+        "task": "pick",
+    },
+    must_go=False,
+)
+"""An eval robot's observation (armory eval --door lerobot)."""
+INSTRUCTIONS = PolicyInstructions(
+    policy_type="act",
+    pretrained_name_or_path="user/model",
+    features={"observation.state": {"dtype": "float32", "shape": (1,), "names": ["state.0"]}},
+    actions_per_chunk=10,
+    device="cpu",
+    rename_map={},
+)
 
 
 @pytest.fixture(scope="module")
 def exchange() -> dict[str, Any]:
     payload = encode_actions(ACTIONS, first_timestep=40, timestamp_s=100.0, step_s=0.05)
+    request = {
+        "actions": payload.hex(),
+        "observation": encode_observation(OBSERVATION).hex(),
+        "instructions": encode_instructions(INSTRUCTIONS).hex(),
+    }
     out = subprocess.run(
         [str(LEROBOT_PYTHON), str(SCRIPT)],
-        input=json.dumps({"actions": payload.hex()}),
+        input=json.dumps(request),
         capture_output=True,
         text=True,
         timeout=180,
@@ -61,6 +90,26 @@ def test_lerobot_reads_armory_actions_as_its_own_timed_actions(exchange: dict) -
     assert read["timesteps"] == [40, 41, 42]
     np.testing.assert_allclose(read["timestamps"], [100.0, 100.05, 100.1])
     np.testing.assert_array_equal(np.asarray(read["actions"], dtype=np.float32), ACTIONS)
+
+
+def test_lerobot_reads_an_eval_robots_observation_and_instructions(exchange: dict) -> None:
+    """What ``armory eval --door lerobot`` robots send unpickles into LeRobot's own
+    TimedObservation and RemotePolicyConfig, with the values sent."""
+    observation = exchange["read_observation"]
+    assert observation["is_timed_observation"]
+    assert (observation["timestamp"], observation["timestep"]) == (3.25, 9)
+    assert observation["must_go"] is False
+    assert observation["observation"] == {
+        "state.0": 0.5,
+        "front": OBSERVATION.observation["front"].tolist(),
+        "episode": 4,
+        "task": "pick",
+    }
+    assert observation["dtypes"] == {"front": "uint8", "episode": "int64"}
+    instructions = exchange["read_instructions"]
+    assert instructions["is_remote_policy_config"]
+    assert instructions["policy_type"] == "act" and instructions["actions_per_chunk"] == 10
+    assert instructions["lerobot_features"]["observation.state"]["names"] == ["state.0"]
 
 
 def test_armory_reads_tensors_as_torch_writes_them(exchange: dict) -> None:

@@ -1,11 +1,14 @@
 """Pickles both ways between Armory and the real LeRobot classes (lerobot 0.6.1, torch).
 
 Runs in the LeRobot environment (scripts/lerobot-env.sh). Reads a JSON map on stdin,
-``{"actions": "<hex of a payload from armory's encode_actions>"}``, and prints a JSON
-map: how LeRobot's client sees that payload (``pickle.loads``, as ``RobotClient`` does),
-and pickles that LeRobot and torch write (a ``TimedObservation`` holding tensors and
-arrays, a ``RemotePolicyConfig`` with ``PolicyFeature`` values, assorted tensors), each
-with the values Armory should read from it.
+``{"actions": "<hex of a payload from armory's encode_actions>", "observation": ...,
+"instructions": ...}`` (the last two from ``encode_observation`` and
+``encode_instructions``, as an eval robot sends them), and prints a JSON map: how
+LeRobot's client sees the actions (``pickle.loads``, as ``RobotClient`` does), how
+LeRobot's policy server sees the observation and instructions, and pickles that
+LeRobot and torch write (a ``TimedObservation`` holding tensors and arrays, a
+``RemotePolicyConfig`` with ``PolicyFeature`` values, assorted tensors), each with the
+values Armory should read from it.
 """
 
 from __future__ import annotations
@@ -31,6 +34,39 @@ def read_actions(payload: bytes) -> dict:
         "timestamps": [item.get_timestamp() for item in loaded],
         "actions": [item.get_action().tolist() for item in loaded],
         "is_timed_action": all(isinstance(item, TimedAction) for item in loaded),
+    }
+
+
+def read_observation(payload: bytes) -> dict:
+    """A TimedObservation as LeRobot's policy server reads it (``pickle.loads``)."""
+    loaded = pickle.loads(payload)  # nosec: the payload is Armory's, written by the test
+    return {
+        "is_timed_observation": isinstance(loaded, TimedObservation),
+        "timestamp": loaded.get_timestamp(),
+        "timestep": loaded.get_timestep(),
+        "must_go": loaded.must_go,
+        "observation": {
+            key: value.tolist() if isinstance(value, np.ndarray) else value
+            for key, value in loaded.get_observation().items()
+        },
+        "dtypes": {
+            key: str(value.dtype)
+            for key, value in loaded.get_observation().items()
+            if isinstance(value, np.ndarray)
+        },
+    }
+
+
+def read_instructions(payload: bytes) -> dict:
+    """A RemotePolicyConfig as LeRobot's policy server reads it."""
+    loaded = pickle.loads(payload)  # nosec: the payload is Armory's, written by the test
+    return {
+        "is_remote_policy_config": isinstance(loaded, RemotePolicyConfig),
+        "policy_type": loaded.policy_type,
+        "pretrained_name_or_path": loaded.pretrained_name_or_path,
+        "lerobot_features": loaded.lerobot_features,
+        "actions_per_chunk": loaded.actions_per_chunk,
+        "device": loaded.device,
     }
 
 
@@ -80,7 +116,12 @@ def written() -> dict:
 
 def main() -> int:
     request = json.load(sys.stdin)
-    answer = {"read": read_actions(bytes.fromhex(request["actions"])), "written": written()}
+    answer = {
+        "read": read_actions(bytes.fromhex(request["actions"])),
+        "read_observation": read_observation(bytes.fromhex(request["observation"])),
+        "read_instructions": read_instructions(bytes.fromhex(request["instructions"])),
+        "written": written(),
+    }
     print(json.dumps(answer))
     return 0
 
