@@ -35,15 +35,27 @@ if [ -z "${ARMORY_LEROBOT_PYTHON:-}" ]; then
     echo "test.sh: no LeRobot environment; its tests will be skipped" >&2
   fi
 fi
-# Chromium runs the dashboard's browser test (tests/test_dashboard_browser.py). Installed
-# from Debian's packages when missing and the user is root (as in CI), with an apt-get update
-# only when the package lists do not know it; elsewhere a missing browser skips that test
-# (in CI, CI=true, it fails it).
-if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+# Debian packages some tests need are installed when missing and the user is root (as in
+# CI), with an apt-get update only when the package lists do not know them; elsewhere a
+# missing package skips its test (in CI, CI=true, it fails it).
+can_apt_install() { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; }
+apt_install() {
   export DEBIAN_FRONTEND=noninteractive
-  { apt-get install -y -q chromium >/dev/null 2>&1 ||
-    { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; } ||
+  apt-get install -y -q "$@" >/dev/null 2>&1 ||
+    { apt-get update -q >/dev/null && apt-get install -y -q "$@" >/dev/null; }
+}
+# Chromium runs the dashboard's browser test (tests/test_dashboard_browser.py).
+if ! command -v chromium >/dev/null 2>&1 && can_apt_install; then
+  apt_install chromium ||
     echo "test.sh: could not install chromium; the dashboard's browser test needs it" >&2
+fi
+# SO-101's camera renders with MuJoCo, which needs EGL or OSMesa without a display
+# (src/armory/eval/headless_gl.py): OSMesa (libosmesa6) when neither is installed, for the
+# camera test (tests/test_eval_camera.py).
+if ! .venv/bin/python -c 'import sys; from armory.eval.headless_gl import choose_gl; sys.exit(choose_gl({}) is None)' &&
+  can_apt_install; then
+  apt_install --no-install-recommends libosmesa6 ||
+    echo "test.sh: could not install libosmesa6; the camera test needs it (or EGL)" >&2
 fi
 .venv/bin/ruff check .
 status=0

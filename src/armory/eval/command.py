@@ -106,6 +106,7 @@ class Eval:
             raise EvalError(" ".join(str(exc).split())) from exc
 
     def _run(self) -> int:
+        self.env.prepare_process()  # before a policy or a check imports the simulator
         api_key = self.api_key or os.environ.get(API_KEY_ENV) or None
         if self.server is not None:
             if self.door != "openpi" and self.door_port is None:

@@ -62,6 +62,10 @@ class EnvConfig:
         """The ``env:`` name."""
         raise NotImplementedError
 
+    def prepare_process(self) -> None:
+        """Called first in a process that will make this environment, before anything
+        imports its simulator (e.g. to choose MuJoCo's OpenGL platform)."""
+
     def make(self) -> Environment:
         """Called in the robot's process (and once in the parent, to check the mapping)."""
         raise NotImplementedError

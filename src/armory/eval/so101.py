@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from armory.eval.environment import EnvConfig, Environment, ResetResult, StepResult
+from armory.eval.headless_gl import configure_headless_gl
 from armory.eval.variation import Scenario
 from armory.policies.expert import EPISODE_KEY, PRIVILEGED_STATE_KEY
 
@@ -70,6 +71,11 @@ class So101PickConfig(EnvConfig):
     def name(self) -> str:
         return "so101-pick"
 
+    def prepare_process(self) -> None:
+        """A camera needs an OpenGL platform, chosen before MuJoCo is imported."""
+        if self.image_obs:
+            configure_headless_gl()
+
     def make(self) -> So101PickEnv:
         """Called in the robot's process."""
         return So101PickEnv(self)
@@ -83,6 +89,7 @@ class So101PickEnv(Environment):
     action_dim = 4
 
     def __init__(self, config: So101PickConfig) -> None:
+        config.prepare_process()
         try:
             from lerobot_env_so101 import GymRenderingSpec, SO101PickPlaceGymEnv
             from lerobot_env_so101.policy import DEFAULT_ACTION_SCALE
