@@ -158,6 +158,9 @@ class LeRobotInferClient:
         self._request_timeout_s = request_timeout_s
         self._channel: Any = None
         self._calls: dict[str, Any] = {}
+        """The four RPCs by name (set by :meth:`connect`)."""
+        self._pb: Any = None
+        """The door's protobuf messages (imported by :meth:`connect`: grpc is optional)."""
 
     @property
     def metadata(self) -> dict[str, Any]:
