@@ -6,7 +6,8 @@ episode per robot unless --episodes-per-robot says more) written to
 ``OUT/robots-N/SCHEDULER/seed-S/results.json``; a cell whose results.json exists is
 read, not run again (--rerun to replace it). Then a markdown table (success in the
 time limit with its Wilson interval pooled over seeds, success within shorter limits
-derived from the same episodes, starvation, chunk latency in robot time) is printed
+derived from the same episodes, starvation, chunk latency in robot time, the ticks the
+robots missed because the machine could not keep up) is printed
 and ``OUT/success_vs_serving.png`` plots success and starvation against fleet size,
 one line per scheduler.
 
@@ -78,6 +79,8 @@ def summarize(paths: list[Path], limit_s: float) -> dict[str, float | str]:
         "starvation": sum(e["num_starved_ticks"] for e in episodes) / counted if counted else 0,
         "latency_ms": 1000 * scale * sum(latencies) / len(latencies) if latencies else 0.0,
         "mean_s": sum(e["sim_time_s"] for e in episodes) / len(episodes),
+        # Ticks the robots' loops skipped because the machine ran a full period late.
+        "missed_ticks": sum(e.get("num_missed_ticks") or 0 for e in episodes),
     }
     for shorter in SHORTER_LIMITS_S:
         if shorter < limit_s:
@@ -113,15 +116,16 @@ def main() -> None:
     print(
         f"| robots | scheduler | seeds | success in {args.episode_time_s:g} s (95% Wilson) | "
         + " | ".join(shorter)
-        + " | mean episode | starvation | chunk latency |"
+        + " | mean episode | starvation | chunk latency | missed ticks |"
     )
-    print("|" + " --- |" * (7 + len(shorter)))
+    print("|" + " --- |" * (8 + len(shorter)))
     for (robots, scheduler), row in rows.items():
         cells = [str(row[k]) for k in shorter]
         print(
             f"| {robots} | {scheduler} | {row['seeds']} | {row['text']} | "
             + " | ".join(cells)
-            + f" | {row['mean_s']:.1f} s | {row['starvation']:.1%} | {row['latency_ms']:.0f} ms |"
+            + f" | {row['mean_s']:.1f} s | {row['starvation']:.1%} | {row['latency_ms']:.0f} ms"
+            + f" | {row['missed_ticks']} |"
         )
     fig = Figure(figsize=(9, 3.4), layout="constrained")
     success_ax, starvation_ax = fig.subplots(1, 2)
