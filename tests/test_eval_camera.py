@@ -32,6 +32,12 @@ IMAGE_SIZE = 64
 HEADLESS_VARIABLES = ("DISPLAY", "WAYLAND_DISPLAY", "MUJOCO_GL", "PYOPENGL_PLATFORM")
 
 
+@pytest.fixture(autouse=True)
+def mujoco_not_imported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The choice is made as in a fresh process, whatever other tests imported here."""
+    monkeypatch.delitem(sys.modules, "mujoco", raising=False)
+
+
 def _libraries(*found: str) -> Any:
     return lambda name: f"lib{name}.so" if name in found else None
 
