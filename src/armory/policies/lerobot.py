@@ -20,6 +20,7 @@ from typing import Any
 import armory
 from armory.policies.noise import NoiseConfig
 from armory.policies.worker_policy import WorkerOptions, WorkerPolicy
+from armory.workers.backends.tiny_backbones import SIZES as BACKBONE_SIZES
 from armory.workers.process import WorkerSpec
 
 PYTHON_ENV_VAR = "ARMORY_LEROBOT_PYTHON"
@@ -47,6 +48,10 @@ class LeRobotPolicyConfig:
     """From scratch: length of observation.state."""
     action_dim: int = 6
     """From scratch: values per action."""
+    backbone: str | None = None
+    """From scratch, for VLAs (smolvla): build the backbone locally instead of fetching it
+    from the hub: ``tiny`` (a reduced architecture for CPU tests) or ``full`` (the real
+    size); a tokenizer trained here, random weights (docs/policies.md)."""
     overrides: str = "{}"
     """LeRobot config fields to set, as a JSON object (e.g. '{"dim_model": 64}')."""
     seed: int = 0
@@ -75,6 +80,14 @@ class LeRobotPolicyConfig:
                 "state_dim, action_dim and image_size must be >= 1 and cameras non-empty, got "
                 f"{self.state_dim}, {self.action_dim}, {self.image_size}, {self.cameras}"
             )
+        if self.backbone is not None:
+            if self.backbone not in BACKBONE_SIZES:
+                raise ValueError(
+                    f"--policy.backbone {self.backbone!r} is not a size; valid: "
+                    f"{', '.join(BACKBONE_SIZES)}"
+                )
+            if self.type is None:
+                raise ValueError("--policy.backbone builds a model from scratch: add --policy.type")
         try:
             overrides = json.loads(self.overrides)
         except json.JSONDecodeError as exc:
@@ -99,8 +112,13 @@ class LeRobotPolicyConfig:
                 state_dim=self.state_dim,
                 action_dim=self.action_dim,
                 seed=self.seed,
+                backbone=self.backbone,
             )
-        return WorkerSpec(python=python, backend="lerobot", options=options, name="lerobot-worker")
+        # A model from scratch needs nothing from the hub: fail at once rather than wait on it.
+        env = {} if self.path is not None else {"HF_HUB_OFFLINE": "1"}
+        return WorkerSpec(
+            python=python, backend="lerobot", options=options, name="lerobot-worker", env=env
+        )
 
     def make(self) -> WorkerPolicy:
         if self.path is not None and not (Path(self.path).expanduser() / "config.json").is_file():

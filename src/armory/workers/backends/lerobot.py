@@ -10,6 +10,11 @@ One adapter for every policy type LeRobot's factory builds:
   ``overrides`` set config fields either way (e.g. ``dim_model``, ``n_obs_steps``).
   A backbone's pretrained ImageNet weights are never downloaded
   (``pretrained_backbone_weights=None``; a checkpoint holds its own).
+- **Local backbone.** ``backbone`` (``tiny`` or ``full``, random weights only) builds a
+  VLA's backbone folder (:data:`LOCAL_BACKBONES`: a tokenizer trained here, the
+  backbone's transformers config at a reduced or its real size, no weights) in a
+  temporary directory removed once the model is built, and points the config at it, so
+  nothing is fetched from the hub.
 - **Processors.** ``make_pre_post_processors``: the checkpoint's saved pipelines when
   it has ``policy_preprocessor.json``, else new ones from the config (no dataset
   statistics: normalisation is the identity).
@@ -34,6 +39,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -97,6 +103,7 @@ class LeRobotBackend(Backend):
         seed: int = 0,
         device: str = "cpu",
         task_key: str = "task",
+        backbone: str | None = None,
     ) -> None:
         import torch
 
@@ -104,13 +111,18 @@ class LeRobotBackend(Backend):
         self._device = torch.device(device)
         self._task_key = task_key
         overrides = dict(overrides or {})
+        if backbone and not type:
+            raise ValueError("a local backbone is built only for --policy.type (random weights)")
         if path:
             self.policy, self.config, (self.pre, self.post) = _load(Path(path), device, overrides)
         elif type:
             torch.manual_seed(seed)
-            self.policy, self.config, (self.pre, self.post) = _fresh(
-                type, cameras, image_size, state_dim, action_dim, device, overrides
-            )
+            with tempfile.TemporaryDirectory(prefix="armory-backbone-") as folder:
+                if backbone:  # the user's overrides win over the local backbone's
+                    overrides = {**backbone_overrides(type, backbone, Path(folder)), **overrides}
+                self.policy, self.config, (self.pre, self.post) = _fresh(
+                    type, cameras, image_size, state_dim, action_dim, device, overrides
+                )
         else:
             raise ValueError("give a checkpoint path or a policy type")
         self.policy.eval()
@@ -154,6 +166,11 @@ class LeRobotBackend(Backend):
     def infer(self, observations: Sequence[Mapping[str, Any]]) -> np.ndarray:
         return self._predict(observations)
 
+    def peak_memory_bytes(self) -> int | None:
+        if self._device.type == "cuda":
+            return int(self._torch.cuda.max_memory_allocated(self._device))
+        return super().peak_memory_bytes()
+
     # ---- internals -----------------------------------------------------------------
 
     def _predict(self, observations: Sequence[Mapping[str, Any]]) -> np.ndarray:
@@ -195,6 +212,38 @@ class LeRobotBackend(Backend):
             p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
         )
         return tuple(int(dim) for dim in shape_of(self.config)) if takes_noise else None
+
+
+def backbone_overrides(policy_type: str, size: str, folder: Path) -> dict[str, Any]:
+    """Build ``policy_type``'s backbone of ``size`` (tiny, full) in ``folder`` with
+    :mod:`armory.workers.backends.tiny_backbones` (a locally trained tokenizer, a config,
+    no weights) and return the config overrides that make the policy load it."""
+    from armory.workers.backends import tiny_backbones
+
+    if policy_type not in LOCAL_BACKBONES:
+        raise ValueError(
+            f"no local backbone for LeRobot type {policy_type!r}; types with one: "
+            f"{', '.join(sorted(LOCAL_BACKBONES))}"
+        )
+    if size not in tiny_backbones.SIZES:
+        raise ValueError(
+            f"unknown backbone size {size!r}; valid: {', '.join(tiny_backbones.SIZES)}"
+        )
+    return LOCAL_BACKBONES[policy_type](folder, size)
+
+
+def _smolvla_backbone(folder: Path, size: str) -> dict[str, Any]:
+    from armory.workers.backends import tiny_backbones
+
+    tiny_backbones.write_smolvlm(folder, size)
+    side = tiny_backbones.SIZES[size]["vision"]["image_size"]
+    return {"vlm_model_name": str(folder), "resize_imgs_with_padding": [side, side]}
+
+
+LOCAL_BACKBONES: dict[str, Callable[[Path, str], dict[str, Any]]] = {
+    "smolvla": _smolvla_backbone,
+}
+"""Types whose backbone Armory builds locally, and how."""
 
 
 def ticket_blockers(config: Any) -> list[str]:
