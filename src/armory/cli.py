@@ -387,6 +387,57 @@ class Cluster:
 
 
 @dataclass(frozen=True)
+class Profile:
+    """Time a policy's forward pass at batch sizes 1..max (warm) and write a latency profile
+    file (percentiles, peak memory) that fleet files and policy:mock --policy.latency-profile
+    read back."""
+
+    out: Path
+    """The profile file to write (JSON, e.g. configs/profiles/cpu-smolvla-tiny.json)."""
+    max_batch_size: int = 8
+    """Batch sizes 1..this are timed (unless --batch-sizes lists them)."""
+    batch_sizes: tuple[int, ...] = ()
+    """Explicit batch sizes to time instead of 1..max."""
+    warmup: int = 2
+    """Untimed passes before each batch size's timed ones."""
+    repeats: int = 10
+    """Timed passes per batch size."""
+    device: str = ""
+    """Where it runs, for the record (e.g. 'cuda: NVIDIA H200'); default: the policy's."""
+    policy: PolicyConfig = dataclasses.field(default_factory=MockPolicyConfig)
+
+    def run(self) -> int:
+        from armory.core.profile_file import write_profile
+        from armory.policies.profiling import profile_policy
+
+        with _usage_errors():
+            sizes = self.batch_sizes or tuple(range(1, self.max_batch_size + 1))
+            if min(sizes) < 1:
+                raise ValueError(f"batch sizes must be >= 1, got {sizes}")
+            if self.warmup < 0 or self.repeats < 1:
+                raise ValueError(
+                    f"--warmup must be >= 0 and --repeats >= 1, got {self.warmup}, {self.repeats}"
+                )
+            policy = make_policy(self.policy)
+        try:
+            profile = profile_policy(
+                policy,
+                sizes,
+                warmup=self.warmup,
+                repeats=self.repeats,
+                device=self.device,
+                options=" ".join(sys.argv[1:]),
+                on_sample=lambda size, s: print(f"batch {size:3d}: {1000 * s:9.2f} ms (median)"),
+            )
+        finally:
+            policy.close()
+        with _usage_errors():
+            write_profile(self.out, profile)
+        print(f"wrote {self.out}")
+        return 0
+
+
+@dataclass(frozen=True)
 class Fleet:
     """Run a fleet file's robots as real clients against a policy server; print the same
     per-robot and fleet metrics as simulate, measured by the robots themselves."""
@@ -511,6 +562,7 @@ Command = (
     | Annotated[Sweep, tyro.conf.subcommand("sweep")]
     | Annotated[Serve, tyro.conf.subcommand("serve")]
     | Annotated[Cluster, tyro.conf.subcommand("cluster")]
+    | Annotated[Profile, tyro.conf.subcommand("profile")]
     | Annotated[Fleet, tyro.conf.subcommand("fleet")]
     | Annotated[Eval, tyro.conf.subcommand("eval")]
     | Annotated[Fleets, tyro.conf.subcommand("fleets")]

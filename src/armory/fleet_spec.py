@@ -18,6 +18,7 @@ from typing import Any, Literal
 import yaml
 
 from armory.core.latency_profile import LatencyProfile, LinearProfileConfig, points_for
+from armory.core.profile_file import is_profile_path
 
 RequestMode = Literal["every-tick", "threshold", "directed"]
 REQUEST_MODES: tuple[str, ...] = ("every-tick", "threshold", "directed")
@@ -100,7 +101,8 @@ class FleetSpec:
     """Actions per chunk the policy returns."""
     max_batch_size: int = 5
     latency_profile: str = "l40s-pi05"
-    """A preset name (l40s-pi05, l40s-pi05-paper, linear), ignored when latency_points is set."""
+    """A preset name (l40s-pi05, l40s-pi05-paper, linear) or a profile file (PATH.json,
+    written by armory profile); ignored when latency_points is set."""
     latency_points: dict[int, float] | None = None
     """Explicit forward-pass seconds per batch size."""
     linear: LinearProfileConfig = field(default_factory=LinearProfileConfig)
@@ -256,10 +258,14 @@ def fleet_to_dict(fleet: FleetSpec) -> dict[str, Any]:
 
 
 def load_fleet(path: str | Path) -> FleetSpec:
-    """Read a fleet file (``.yaml``, ``.yml`` or ``.json``)."""
+    """Read a fleet file (``.yaml``, ``.yml`` or ``.json``); a relative profile file
+    (``latency_profile: profiles/x.json``) is found beside the fleet file."""
     path = Path(path)
     text = path.read_text()
     data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    profile = data.get("latency_profile") if isinstance(data, dict) else None
+    if isinstance(profile, str) and is_profile_path(profile) and not Path(profile).is_absolute():
+        data = {**data, "latency_profile": str(path.parent / profile)}
     try:
         return fleet_from_dict(data, default_name=path.stem)
     except (TypeError, ValueError) as exc:

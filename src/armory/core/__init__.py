@@ -1,2 +1,3 @@
 """What every layer of the server shares and nothing of Armory underlies: the exception
-tree (`errors`) and the forward-pass latency model (`latency_profile`)."""
+tree (`errors`), the forward-pass latency model (`latency_profile`) and its measured files
+(`profile_file`)."""

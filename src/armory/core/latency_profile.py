@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from armory.core.profile_file import is_profile_path, read_profile
+
 
 @dataclass(frozen=True)
 class LinearProfileConfig:
@@ -50,14 +52,24 @@ def preset_names() -> list[str]:
     return [*PRESET_POINTS, "linear"]
 
 
+def check_profile_name(name: str) -> None:
+    """Refuse a latency-profile name that is neither a preset nor a readable profile file
+    (``armory profile``'s output, :mod:`armory.core.profile_file`)."""
+    points_for(name)
+
+
 def points_for(name: str, linear: LinearProfileConfig | None = None) -> dict[int, float]:
-    """Latency points of a named preset; ``linear`` gives two points of the line."""
+    """Latency points of a named preset or of a profile file (a path ending in .json or
+    holding a /: each batch size's median); ``linear`` gives two points of the line."""
+    if is_profile_path(name):
+        return read_profile(name).points()
     if name == "linear":
         line = linear or LinearProfileConfig()
         return {1: line.intercept_s + line.slope_s, 2: line.intercept_s + 2 * line.slope_s}
     if name not in PRESET_POINTS:
         raise ValueError(
-            f"unknown latency profile {name!r}; valid names: {', '.join(preset_names())}"
+            f"unknown latency profile {name!r}; valid names: {', '.join(preset_names())}, "
+            "or a profile file (PATH.json, written by armory profile)"
         )
     return dict(PRESET_POINTS[name])
 

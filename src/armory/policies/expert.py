@@ -29,8 +29,8 @@ import numpy as np
 from armory.core.latency_profile import (
     LatencyProfile,
     LinearProfileConfig,
+    check_profile_name,
     points_for,
-    preset_names,
 )
 from armory.policies.base import (
     CONTEXT_CHUNK_START,
@@ -64,7 +64,8 @@ class ExpertPolicyConfig:
     action_horizon: int = 10
     """Actions per chunk (rows of the rolled-forward controller)."""
     latency_profile: str | None = None
-    """Emulated forward pass (l40s-pi05, l40s-pi05-paper, linear); None: no added latency."""
+    """Emulated forward pass (l40s-pi05, l40s-pi05-paper, linear, or a profile file
+    PATH.json); None: no added latency."""
     linear: LinearProfileConfig = field(default_factory=LinearProfileConfig)
     """Intercept and slope of the ``linear`` preset."""
     latency_scale: float = 1.0
@@ -79,11 +80,8 @@ class ExpertPolicyConfig:
             raise ValueError(f"unknown expert env {self.env!r}; valid: {', '.join(EXPERT_ENVS)}")
         if self.action_horizon < 1:
             raise ValueError(f"action_horizon must be >= 1, got {self.action_horizon}")
-        if self.latency_profile is not None and self.latency_profile not in preset_names():
-            raise ValueError(
-                f"unknown latency profile {self.latency_profile!r}; valid names: "
-                f"{', '.join(preset_names())}"
-            )
+        if self.latency_profile is not None:
+            check_profile_name(self.latency_profile)
         if not (np.isfinite(self.latency_scale) and self.latency_scale > 0):
             raise ValueError(f"latency_scale must be > 0, got {self.latency_scale}")
         if not np.isfinite(self.noise_scale):

@@ -36,8 +36,8 @@ import numpy as np
 from armory.core.latency_profile import (
     LatencyProfile,
     LinearProfileConfig,
+    check_profile_name,
     points_for,
-    preset_names,
 )
 from armory.policies.base import STR_DTYPE, InputSpec, Policy, PolicyMetadata
 from armory.policies.noise import NoiseConfig, make_noise
@@ -58,7 +58,8 @@ class MockPolicyConfig:
     """A mock policy: latency from a profile, actions from a hash of each observation."""
 
     latency_profile: str = "l40s-pi05"
-    """Latency preset: l40s-pi05, l40s-pi05-paper or linear."""
+    """Latency preset (l40s-pi05, l40s-pi05-paper, linear) or a profile file (PATH.json,
+    written by armory profile)."""
     linear: LinearProfileConfig = field(default_factory=LinearProfileConfig)
     """Intercept and slope of the ``linear`` preset."""
     action_horizon: int = 10
@@ -86,11 +87,7 @@ class MockPolicyConfig:
     """Soft masking: rows guided by the previous plan (None: all it sends)."""
 
     def __post_init__(self) -> None:
-        if self.latency_profile not in preset_names():
-            raise ValueError(
-                f"unknown latency profile {self.latency_profile!r}; valid names: "
-                f"{', '.join(preset_names())}"
-            )
+        check_profile_name(self.latency_profile)
         if self.action_horizon < 1 or self.action_dim < 1 or self.state_dim < 1:
             raise ValueError(
                 f"action_horizon, action_dim and state_dim must be >= 1, got "

@@ -99,6 +99,8 @@ class WorkerPolicy(Policy):
         self.last_worker_s: float | None = None
         """Seconds the worker's backend spent on the last batch (its own clock): the rest
         of ``infer_batch``'s time is what the worker adds."""
+        self.last_peak_memory_bytes: int | None = None
+        """The worker's peak memory after the last batch, as its backend reports it."""
         self._spawn()
         try:
             self._handshake()
@@ -216,6 +218,9 @@ class WorkerPolicy(Policy):
             if self._expected is None:
                 self._expected = LatencyProfile({batch_size: float(infer_s)})
             self._expected.observe(batch_size, float(infer_s))
+        peak = reply.get("peak_memory_bytes")
+        if isinstance(peak, int) and not isinstance(peak, bool) and peak >= 0:
+            self.last_peak_memory_bytes = peak
         return list(chunks)
 
     def _ensure_arena(self, num_bytes: int) -> Arena:

@@ -139,6 +139,7 @@ class Worker:
             "id": request_id,
             "chunks": wire.array_ref(chunks, offset),
             "infer_s": infer_s,
+            "peak_memory_bytes": backend.peak_memory_bytes(),
         }
 
     def _map(self, message: dict[str, Any]) -> Arena:

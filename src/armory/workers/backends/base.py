@@ -6,6 +6,7 @@ Standard library and numpy only (a backend module may import its own libraries).
 from __future__ import annotations
 
 import abc
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,5 +72,20 @@ class Backend(abc.ABC):
                 out[key] = np.zeros(shape, dtype=spec["dtype"])
         return out
 
+    def peak_memory_bytes(self) -> int | None:
+        """Peak memory of the model so far (called after each batch): the worker process's
+        peak resident set, by default; a GPU backend reports its device's allocations."""
+        return peak_rss_bytes()
+
     def close(self) -> None:  # noqa: B027
         """Called once before the worker exits."""
+
+
+def peak_rss_bytes() -> int | None:
+    """This process's peak resident set size in bytes (None where the OS does not say)."""
+    try:
+        import resource
+    except ImportError:  # not on POSIX
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)  # macOS: bytes; Linux: KiB
