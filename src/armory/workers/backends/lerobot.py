@@ -37,10 +37,13 @@ One adapter for every policy type LeRobot's factory builds:
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import sys
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager as ContextManager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -117,9 +120,11 @@ class LeRobotBackend(Backend):
             self.policy, self.config, (self.pre, self.post) = _load(Path(path), device, overrides)
         elif type:
             torch.manual_seed(seed)
-            with tempfile.TemporaryDirectory(prefix="armory-backbone-") as folder:
+            with contextlib.ExitStack() as stack:
                 if backbone:  # the user's overrides win over the local backbone's
-                    overrides = {**backbone_overrides(type, backbone, Path(folder)), **overrides}
+                    folder = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+                    local = stack.enter_context(local_backbone(type, backbone, folder))
+                    overrides = {**local, **overrides}
                 self.policy, self.config, (self.pre, self.post) = _fresh(
                     type, cameras, image_size, state_dim, action_dim, device, overrides
                 )
@@ -214,34 +219,43 @@ class LeRobotBackend(Backend):
         return tuple(int(dim) for dim in shape_of(self.config)) if takes_noise else None
 
 
-def backbone_overrides(policy_type: str, size: str, folder: Path) -> dict[str, Any]:
-    """Build ``policy_type``'s backbone of ``size`` (tiny, full) in ``folder`` with
-    :mod:`armory.workers.backends.tiny_backbones` (a locally trained tokenizer, a config,
-    no weights) and return the config overrides that make the policy load it."""
-    from armory.workers.backends import tiny_backbones
+@contextmanager
+def local_backbone(policy_type: str, size: str, folder: Path) -> Iterator[dict[str, Any]]:
+    """While open, ``policy_type`` builds with its backbone of ``size`` (tiny, full) made
+    locally in ``folder`` (a tokenizer trained here, the backbone's config, no weights);
+    yields the config overrides that point the policy at it."""
+    from armory.workers.backends.tiny_backbones import SIZES
 
     if policy_type not in LOCAL_BACKBONES:
         raise ValueError(
             f"no local backbone for LeRobot type {policy_type!r}; types with one: "
             f"{', '.join(sorted(LOCAL_BACKBONES))}"
         )
-    if size not in tiny_backbones.SIZES:
-        raise ValueError(
-            f"unknown backbone size {size!r}; valid: {', '.join(tiny_backbones.SIZES)}"
-        )
-    return LOCAL_BACKBONES[policy_type](folder, size)
+    if size not in SIZES:
+        raise ValueError(f"unknown backbone size {size!r}; valid: {', '.join(SIZES)}")
+    with LOCAL_BACKBONES[policy_type](policy_type, size, folder) as overrides:
+        yield overrides
 
 
-def _smolvla_backbone(folder: Path, size: str) -> dict[str, Any]:
+@contextmanager
+def _smolvla_backbone(policy_type: str, size: str, folder: Path) -> Iterator[dict[str, Any]]:
     from armory.workers.backends import tiny_backbones
 
     tiny_backbones.write_smolvlm(folder, size)
     side = tiny_backbones.SIZES[size]["vision"]["image_size"]
-    return {"vlm_model_name": str(folder), "resize_imgs_with_padding": [side, side]}
+    yield {"vlm_model_name": str(folder), "resize_imgs_with_padding": [side, side]}
 
 
-LOCAL_BACKBONES: dict[str, Callable[[Path, str], dict[str, Any]]] = {
+def _pi_backbone(policy_type: str, size: str, folder: Path) -> ContextManager[dict[str, Any]]:
+    from armory.workers.backends.reduced_pi import local_pi
+
+    return local_pi(policy_type, size, folder)
+
+
+LOCAL_BACKBONES: dict[str, Callable[[str, str, Path], ContextManager[dict[str, Any]]]] = {
     "smolvla": _smolvla_backbone,
+    "pi0": _pi_backbone,
+    "pi05": _pi_backbone,
 }
 """Types whose backbone Armory builds locally, and how."""
 

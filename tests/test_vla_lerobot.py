@@ -1,12 +1,13 @@
-"""SmolVLA (LeRobot 0.6.1) served offline with random weights at a reduced size.
+"""The VLAs of LeRobot 0.6.1 (SmolVLA, pi0, pi0.5) served offline with random weights at
+a reduced size.
 
-The backbone is built locally (``--policy.backbone tiny``: a tokenizer trained here and a
-4-layer SmolVLM config), nothing comes from the hub (the worker runs with
-HF_HUB_OFFLINE=1). With a noise ticket, the same batch gives bit-identical chunks in two
-workers, and a robot's chunk alone equals its chunk inside a batch of 4 within float32
-tolerance (rtol 1e-4, atol 1e-5; the observed gap is ~1e-7, from padding the prompts to
-the batch's longest). Needs LeRobot's environment with the smolvla extra
-($ARMORY_LEROBOT_PYTHON)."""
+The backbone is built locally (``--policy.backbone tiny``: a tokenizer trained here and
+a reduced config of the real architecture), nothing comes from the hub (the worker runs
+with HF_HUB_OFFLINE=1). With a noise ticket, the same batch gives bit-identical chunks in
+two workers, and a robot's chunk alone equals its chunk inside a batch of 4 within
+float32 tolerance (rtol 1e-4, atol 1e-5; the observed gap is under 1e-6, from padding
+the prompts to the batch's longest). Needs LeRobot's environment with the smolvla and pi
+extras ($ARMORY_LEROBOT_PYTHON)."""
 
 from __future__ import annotations
 
@@ -26,71 +27,74 @@ from armory.cli import Command, Serve
 from armory.policies.lerobot import LeRobotPolicyConfig
 from armory.policies.noise import NoiseConfig, make_noise
 from armory.policies.worker_policy import WorkerPolicy
-from armory.workers.backends.lerobot import backbone_overrides
+from armory.workers.backends.lerobot import local_backbone
 
 ROOT = Path(__file__).resolve().parents[1]
 OPENPI_PYTHON = ROOT / ".venv-openpi" / "bin" / "python"
-TINY_SMOLVLA = {"chunk_size": 10, "n_action_steps": 10, "num_steps": 4}
-"""A 10-action chunk in 4 denoising steps (the backbone's size comes from --policy.backbone)."""
-SERVE_ARGS = [
-    "serve",
-    "--port",
-    "0",
-    "policy:lerobot",
-    "--policy.type",
-    "smolvla",
-    "--policy.random-weights",
-    "--policy.backbone",
-    "tiny",
-    "--policy.image-size",
-    "64",
-    "64",
-    "--policy.overrides",
-    json.dumps(TINY_SMOLVLA),
-    "--policy.noise.seed",
-    "5",
-    "--policy.python",
-    PYTHON,
-    "--policy.worker.start-timeout-s",
-    "300",
-]
+CHUNK = {"chunk_size": 10, "n_action_steps": 10}
+TINY: dict[str, tuple[int, dict[str, Any]]] = {
+    "smolvla": (64, {**CHUNK, "num_steps": 4}),
+    "pi05": (56, {**CHUNK, "num_inference_steps": 4}),
+    "pi0": (56, {**CHUNK, "num_inference_steps": 4}),
+}
+"""Per type: the camera side the tiny backbone takes, and a 10-action chunk in 4
+denoising steps (the backbone's size comes from --policy.backbone)."""
 
 
-def smolvla_config() -> LeRobotPolicyConfig:
-    """What ``armory serve`` makes of SERVE_ARGS."""
+def serve_args(policy_type: str) -> list[str]:
+    """An `armory serve` command line for the tiny ``policy_type`` with noise seed 5."""
+    side, overrides = TINY[policy_type]
+    return [
+        *("serve", "--port", "0", "policy:lerobot", "--policy.type", policy_type),
+        *("--policy.random-weights", "--policy.backbone", "tiny"),
+        *("--policy.image-size", str(side), str(side)),
+        *("--policy.overrides", json.dumps(overrides), "--policy.noise.seed", "5"),
+        *("--policy.python", PYTHON, "--policy.worker.start-timeout-s", "300"),
+    ]
+
+
+def vla_config(policy_type: str) -> LeRobotPolicyConfig:
+    """What ``armory serve`` makes of serve_args(policy_type)."""
+    side, overrides = TINY[policy_type]
     return LeRobotPolicyConfig(
-        type="smolvla",
+        type=policy_type,
         random_weights=True,
         backbone="tiny",
-        image_size=(64, 64),
-        overrides=json.dumps(TINY_SMOLVLA),
+        image_size=(side, side),
+        overrides=json.dumps(overrides),
         noise=NoiseConfig(seed=5),
         python=PYTHON,
         worker=FAST_WATCHDOG,
     )
 
 
-def _has_smolvla_extra() -> bool:
+def _has_vla_extras() -> bool:
     probe = subprocess.run(
-        [PYTHON, "-c", "import transformers, num2words, tokenizers"],
+        [PYTHON, "-c", "import transformers, num2words, tokenizers, scipy"],
         capture_output=True,
         check=False,
     )
     return probe.returncode == 0
 
 
-@pytest.fixture(scope="module")
-def smolvla() -> Iterator[WorkerPolicy]:
-    """One tiny SmolVLA worker for the module; always stopped."""
+@pytest.fixture(scope="module", params=sorted(TINY))
+def vla(request: pytest.FixtureRequest) -> Iterator[WorkerPolicy]:
+    """One tiny worker per VLA type, for the module; always stopped."""
     if not PYTHON:
         pytest.skip("$ARMORY_LEROBOT_PYTHON is not set (scripts/lerobot-env.sh)")
-    if not _has_smolvla_extra():
-        pytest.skip("LeRobot's environment lacks lerobot[smolvla]: rebuild scripts/lerobot-env.sh")
-    policy = smolvla_config().make()
+    if not _has_vla_extras():
+        pytest.skip(
+            "LeRobot's environment lacks lerobot[pi,smolvla]: rebuild scripts/lerobot-env.sh"
+        )
+    policy = vla_config(request.param).make()
     try:
         yield policy
     finally:
         policy.close()
+
+
+def type_of(policy: WorkerPolicy) -> str:
+    return str(policy.metadata.extra["lerobot_type"])
 
 
 def batch_of(policy: WorkerPolicy, seeds: range) -> list[dict[str, Any]]:
@@ -99,16 +103,17 @@ def batch_of(policy: WorkerPolicy, seeds: range) -> list[dict[str, Any]]:
 
 
 @needs_lerobot
-def test_smolvla_declares_its_inputs_and_the_ticket(smolvla: WorkerPolicy) -> None:
-    """Two 64x64 cameras, a 6-float state and an optional task; (10, 6) chunks; the
-    ticket is SmolVLA's own noise shape (chunk_size, max_action_dim)."""
-    meta = smolvla.metadata
-    assert meta.name == "lerobot-smolvla"
+def test_vla_declares_its_inputs_and_the_ticket(vla: WorkerPolicy) -> None:
+    """Two cameras, a 6-float state and an optional task; (10, 6) chunks; the ticket is
+    the model's own noise shape (chunk_size, max_action_dim)."""
+    meta = vla.metadata
+    side = TINY[type_of(vla)][0]
+    assert meta.name == f"lerobot-{type_of(vla)}"
     assert (meta.action_horizon, meta.action_dim) == (10, 6)
     inputs = {key: (spec.dtype, spec.shape, spec.required) for key, spec in meta.inputs.items()}
     assert inputs == {
-        "observation.images.front": ("uint8", (64, 64, 3), True),
-        "observation.images.wrist": ("uint8", (64, 64, 3), True),
+        "observation.images.front": ("uint8", (side, side, 3), True),
+        "observation.images.wrist": ("uint8", (side, side, 3), True),
         "observation.state": ("float32", (6,), True),
         "task": ("str", (), False),
     }
@@ -117,31 +122,29 @@ def test_smolvla_declares_its_inputs_and_the_ticket(smolvla: WorkerPolicy) -> No
 
 
 @needs_lerobot
-def test_smolvla_batch_of_4_equals_each_robot_alone(smolvla: WorkerPolicy) -> None:
+def test_vla_batch_of_4_equals_each_robot_alone(vla: WorkerPolicy) -> None:
     """Batching robots with different prompts changes no chunk beyond float32 tolerance,
     and robots get different chunks."""
-    observations = batch_of(smolvla, range(4))
-    batched = np.stack(smolvla.infer_batch(observations))
-    alone = np.stack([smolvla.infer_batch([obs])[0] for obs in observations])
+    observations = batch_of(vla, range(4))
+    batched = np.stack(vla.infer_batch(observations))
+    alone = np.stack([vla.infer_batch([obs])[0] for obs in observations])
     np.testing.assert_allclose(batched, alone, rtol=1e-4, atol=1e-5)
     assert np.ptp(batched, axis=0).max() > 1e-3
 
 
 @needs_lerobot
-def test_smolvla_same_ticket_is_bit_identical_across_workers(smolvla: WorkerPolicy) -> None:
+def test_vla_same_ticket_is_bit_identical_across_workers(vla: WorkerPolicy) -> None:
     """A second worker from the same options (same seeded weights, same ticket) answers
     the same batch, and each robot alone, with bit-identical chunks; the first worker
     repeats itself bit for bit."""
-    observations = batch_of(smolvla, range(10, 14))
-    first = np.stack(smolvla.infer_batch(observations))
-    np.testing.assert_array_equal(first, np.stack(smolvla.infer_batch(observations)))
-    other = smolvla_config().make()
+    observations = batch_of(vla, range(10, 14))
+    first = np.stack(vla.infer_batch(observations))
+    np.testing.assert_array_equal(first, np.stack(vla.infer_batch(observations)))
+    other = vla_config(type_of(vla)).make()
     try:
         np.testing.assert_array_equal(first, np.stack(other.infer_batch(observations)))
         for obs in observations[:2]:
-            np.testing.assert_array_equal(
-                smolvla.infer_batch([obs])[0], other.infer_batch([obs])[0]
-            )
+            np.testing.assert_array_equal(vla.infer_batch([obs])[0], other.infer_batch([obs])[0])
     finally:
         other.close()
 
@@ -163,23 +166,23 @@ print(json.dumps({"noise_sha256": metadata.get("noise_sha256"),
 
 
 @needs_lerobot
-def test_armory_serve_smolvla_answers_the_unmodified_openpi_client(
-    smolvla: WorkerPolicy, tmp_path: Path
+def test_armory_serve_vla_answers_the_unmodified_openpi_client(
+    vla: WorkerPolicy, tmp_path: Path
 ) -> None:
-    """`armory serve ... policy:lerobot --policy.type smolvla --policy.backbone tiny`
+    """`armory serve ... policy:lerobot --policy.type <type> --policy.backbone tiny`
     parses to the module's configuration; served, PyPI's openpi-client (numpy<2, a
     float64 state) gets the chunk the policy gives that observation alone, bit for bit,
     and the ticket's SHA-256."""
     if not OPENPI_PYTHON.exists():
         pytest.skip(".venv-openpi is missing (scripts/test.sh creates it)")
-    command = tyro.cli(Command, args=SERVE_ARGS)  # type: ignore[call-overload]
-    assert isinstance(command, Serve) and command.policy == smolvla_config()
-    obs = make_obs(smolvla, 99, task="pick up the cube")
+    command = tyro.cli(Command, args=serve_args(type_of(vla)))  # type: ignore[call-overload]
+    assert isinstance(command, Serve) and command.policy == vla_config(type_of(vla))
+    obs = make_obs(vla, 99, task="pick up the cube")
     arrays = {key: value for key, value in obs.items() if key != "task"}
     arrays["observation.state"] = arrays["observation.state"].astype(np.float64)
     np.savez(tmp_path / "obs.npz", **arrays)
-    expected = smolvla.infer_batch([obs])[0]
-    with running_server(smolvla) as server:
+    expected = vla.infer_batch([obs])[0]
+    with running_server(vla) as server:
         done = subprocess.run(
             [
                 str(OPENPI_PYTHON),
@@ -196,7 +199,7 @@ def test_armory_serve_smolvla_answers_the_unmodified_openpi_client(
         )
     assert done.returncode == 0, done.stderr[-2000:]
     reply = json.loads(done.stdout.strip().splitlines()[-1])
-    assert reply["noise_sha256"] == smolvla.metadata.noise_sha256
+    assert reply["noise_sha256"] == vla.metadata.noise_sha256
     np.testing.assert_array_equal(np.asarray(reply["actions"], dtype=np.float32), expected)
 
 
@@ -205,13 +208,14 @@ def test_armory_serve_smolvla_answers_the_unmodified_openpi_client(
 
 def test_a_backbone_for_a_type_without_one_is_refused(tmp_path: Path) -> None:
     """Only types with a local backbone take --policy.backbone; the error lists them."""
-    with pytest.raises(ValueError, match=r"no local backbone for LeRobot type 'act'.*smolvla"):
-        backbone_overrides("act", "tiny", tmp_path)
+    refused = r"no local backbone for LeRobot type 'act'; types with one: pi0, pi05, smolvla"
+    with pytest.raises(ValueError, match=refused), local_backbone("act", "tiny", tmp_path):
+        pass
 
 
 def test_backbone_options_are_checked_when_parsed() -> None:
     """An unknown backbone size, or a backbone with a checkpoint path, names the option."""
     with pytest.raises(ValueError, match=r"--policy\.backbone 'huge' is not a size"):
-        LeRobotPolicyConfig(type="smolvla", random_weights=True, backbone="huge")
+        LeRobotPolicyConfig(type="pi05", random_weights=True, backbone="huge")
     with pytest.raises(ValueError, match=r"add --policy\.type"):
         LeRobotPolicyConfig(path=Path("/ckpt"), backbone="tiny")
