@@ -41,19 +41,11 @@ TINY_OVERRIDES = {"image_resolution": [56, 56], "tokenizer_max_length": 48}
 def local_pi(policy_type: str, size: str, folder: Path) -> Iterator[dict[str, Any]]:
     """While open, LeRobot builds ``policy_type`` (pi0 or pi05) offline at ``size``;
     yields the config overrides the size needs. The tokenizer is written to ``folder``."""
-    from transformers import PreTrainedTokenizerFast
-
-    from armory.workers.backends.tiny_backbones import train_tokenizer
+    from armory.workers.backends.tiny_backbones import local_tokenizer
 
     if policy_type not in PI_TYPES:
         raise ValueError(f"{policy_type!r} is not one of {PI_TYPES}")
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=train_tokenizer(),
-        bos_token="<|im_start|>",
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        unk_token="<|endoftext|>",
-    )
+    tokenizer = local_tokenizer(eos_token="<|im_end|>", pad_token="<|endoftext|>")
     tokenizer.save_pretrained(folder)
     modeling = importlib.import_module(f"lerobot.policies.{policy_type}.modeling_{policy_type}")
     processor = importlib.import_module(f"lerobot.policies.{policy_type}.processor_{policy_type}")

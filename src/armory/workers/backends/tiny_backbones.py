@@ -16,6 +16,7 @@ import json
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 VOCAB_SIZE = 512
 """Tokens of the trained tokenizer (special tokens included)."""
@@ -110,10 +111,22 @@ def train_tokenizer(vocab_size: int = VOCAB_SIZE) -> object:
     return tokenizer
 
 
+def local_tokenizer(**named_tokens: Any) -> Any:
+    """:func:`train_tokenizer` as a transformers tokenizer: ``<|im_start|>`` begins,
+    ``<|endoftext|>`` is unknown, ``named_tokens`` (eos_token, pad_token, ...) name others."""
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast(
+        tokenizer_object=train_tokenizer(),
+        bos_token="<|im_start|>",
+        unk_token="<|endoftext|>",
+        **named_tokens,
+    )
+
+
 def write_smolvlm(folder: Path, size: str = "tiny") -> Path:
     """Write a SmolVLM backbone folder (config, tokenizer, processor) of ``size``."""
     from transformers import (
-        PreTrainedTokenizerFast,
         SmolVLMConfig,
         SmolVLMImageProcessor,
         SmolVLMProcessor,
@@ -124,12 +137,9 @@ def write_smolvlm(folder: Path, size: str = "tiny") -> Path:
         raise ValueError(f"unknown SmolVLM size {size!r}; valid: {', '.join(SIZES)}")
     dims = SIZES[size]
     folder.mkdir(parents=True, exist_ok=True)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=train_tokenizer(),
-        bos_token="<|im_start|>",
+    tokenizer = local_tokenizer(
         eos_token="<end_of_utterance>",
         pad_token="<|im_end|>",
-        unk_token="<|endoftext|>",
         extra_special_tokens=dict(SMOLVLM_SPECIAL),
     )
     tokenizer.save_pretrained(folder)
