@@ -52,3 +52,18 @@ def test_the_random_weights_act_example_serves() -> None:
         assert np.isfinite(chunk).all()
     finally:
         policy.close()
+
+
+def test_the_offline_vla_example_serves() -> None:
+    """The doc's pi0.5 example with a locally built tiny backbone builds offline and
+    returns chunks of its chunk_size."""
+    (command,) = [c for c in doc_commands() if "--policy.backbone" in c]
+    config = parse(command)
+    config = dataclasses.replace(config, python=PYTHON, worker=WorkerOptions(start_timeout_s=300.0))
+    policy = config.make()
+    try:
+        (chunk,) = policy.infer_batch([make_obs(policy, 0)])
+        assert chunk.shape == (10, config.action_dim)
+        assert np.isfinite(chunk).all()
+    finally:
+        policy.close()
