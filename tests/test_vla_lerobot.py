@@ -214,8 +214,11 @@ def test_a_backbone_for_a_type_without_one_is_refused(tmp_path: Path) -> None:
 
 
 def test_backbone_options_are_checked_when_parsed() -> None:
-    """An unknown backbone size, or a backbone with a checkpoint path, names the option."""
+    """An unknown backbone size, a backbone with a checkpoint path or for a type without
+    one is refused when the options are parsed, naming the option."""
     with pytest.raises(ValueError, match=r"--policy\.backbone 'huge' is not a size"):
         LeRobotPolicyConfig(type="pi05", random_weights=True, backbone="huge")
     with pytest.raises(ValueError, match=r"add --policy\.type"):
         LeRobotPolicyConfig(path=Path("/ckpt"), backbone="tiny")
+    with pytest.raises(ValueError, match=r"no local backbone for --policy\.type act; types"):
+        LeRobotPolicyConfig(type="act", random_weights=True, backbone="tiny")

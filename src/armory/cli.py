@@ -426,7 +426,7 @@ class Profile:
                 warmup=self.warmup,
                 repeats=self.repeats,
                 device=self.device,
-                options=" ".join(sys.argv[1:]),
+                options=json.dumps(dataclasses.asdict(self.policy), default=str),
                 on_sample=lambda size, s: print(f"batch {size:3d}: {1000 * s:9.2f} ms (median)"),
             )
         finally:

@@ -81,7 +81,7 @@ class ProfileFile:
     host: str = ""
     """Free text on the machine (architecture, CPU count)."""
     options: str = ""
-    """The policy options profiled (the command line), for the record."""
+    """The policy options profiled (its config as JSON), for the record."""
 
     def __post_init__(self) -> None:
         sizes = [b.batch_size for b in self.batches]

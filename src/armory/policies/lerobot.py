@@ -20,6 +20,7 @@ from typing import Any
 import armory
 from armory.policies.noise import NoiseConfig
 from armory.policies.worker_policy import WorkerOptions, WorkerPolicy
+from armory.workers.backends.lerobot import LOCAL_BACKBONES
 from armory.workers.backends.tiny_backbones import SIZES as BACKBONE_SIZES
 from armory.workers.process import WorkerSpec
 
@@ -49,8 +50,8 @@ class LeRobotPolicyConfig:
     action_dim: int = 6
     """From scratch: values per action."""
     backbone: str | None = None
-    """From scratch, for VLAs (smolvla): build the backbone locally instead of fetching it
-    from the hub: ``tiny`` (a reduced architecture for CPU tests) or ``full`` (the real
+    """From scratch, for the VLAs (smolvla, pi0, pi05): build the backbone locally instead of
+    fetching it from the hub: ``tiny`` (a reduced architecture for CPU tests) or ``full`` (the real
     size); a tokenizer trained here, random weights (docs/policies.md)."""
     overrides: str = "{}"
     """LeRobot config fields to set, as a JSON object (e.g. '{"dim_model": 64}')."""
@@ -88,6 +89,11 @@ class LeRobotPolicyConfig:
                 )
             if self.type is None:
                 raise ValueError("--policy.backbone builds a model from scratch: add --policy.type")
+            if self.type not in LOCAL_BACKBONES:
+                raise ValueError(
+                    f"--policy.backbone: no local backbone for --policy.type {self.type}; types "
+                    f"with one: {', '.join(sorted(LOCAL_BACKBONES))}"
+                )
         try:
             overrides = json.loads(self.overrides)
         except json.JSONDecodeError as exc:
