@@ -28,6 +28,7 @@ from armory.policies.profiling import WALL_TIMED, example_observations, profile_
 from armory.scheduling.config import SchedulerConfig
 from armory.scheduling.registry import make_scheduler
 from armory.sim.simulator import SimConfig, simulate
+from armory.workers.errors import WorkerBatchError
 
 
 class LinearClockPolicy(Policy):
@@ -54,6 +55,20 @@ class LinearClockPolicy(Policy):
         self.batches.append(len(observations))
         self.now_s += 0.010 + 0.005 * len(observations)
         return [np.zeros((2, 1), dtype=np.float32) for _ in observations]
+
+
+class FailingPolicy(LinearClockPolicy):
+    """A worker-like policy whose model fails on its second batch."""
+
+    def infer_batch(self, observations: Sequence[Mapping[str, Any]]) -> list[np.ndarray]:
+        if self.batches:
+            raise WorkerBatchError("the policy worker's model failed: out of memory")
+        return super().infer_batch(observations)
+
+
+def failing_policy() -> Policy:
+    """policy:python's factory of FailingPolicy."""
+    return FailingPolicy()
 
 
 def test_profile_policy_times_each_size_warm() -> None:
@@ -183,6 +198,19 @@ def test_armory_profile_output_is_read_by_the_mock_and_a_fleet_file(tmp_path: Pa
     scheduler = make_scheduler(SchedulerConfig())
     report = simulate(fleet, scheduler, SimConfig(duration_s=2.0))
     assert report.system.num_batches > 0
+
+
+def test_a_failing_policy_stops_armory_profile_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A model that fails mid-profile ends `armory profile` with exit status 1, one error
+    line naming the failure and the watchdog option, and no file."""
+    out = tmp_path / "p.json"
+    args = ["profile", "--out", str(out), "policy:python"]
+    assert main([*args, "--policy.factory", "test_profile_file:failing_policy"]) == 1
+    error = capsys.readouterr().err
+    assert "profiling stopped: the policy worker's model failed: out of memory" in error
+    assert "--policy.worker.watchdog-min-s" in error and not out.exists()
 
 
 def test_an_unknown_latency_profile_names_presets_and_files() -> None:

@@ -29,6 +29,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from armory.cli_text import tyro_text
 from armory.engine.config import ServerConfig
+from armory.engine.errors import PolicyError
 from armory.eval.command import Eval, EvalError
 from armory.fleet_spec import RequestMode
 from armory.observe.logs import LogFormat, configure_logging
@@ -46,6 +47,7 @@ from armory.sim.simulator import SimConfig, simulate
 from armory.sim.table import format_gpus, format_report, format_rules, format_sweep
 from armory.transports.groot_config import GrootDoorConfig
 from armory.transports.lerobot_grpc import LeRobotDoorConfig
+from armory.workers.errors import WorkerBatchError
 
 if TYPE_CHECKING:
     from armory.serve import ArmoryServer
@@ -429,6 +431,13 @@ class Profile:
                 options=json.dumps(dataclasses.asdict(self.policy), default=str),
                 on_sample=lambda size, s: print(f"batch {size:3d}: {1000 * s:9.2f} ms (median)"),
             )
+        except (PolicyError, WorkerBatchError) as exc:  # a worker that hung, died or raised
+            print(
+                f"armory: error: profiling stopped: {exc} (a slow machine may need a longer "
+                "--policy.worker.watchdog-min-s)",
+                file=sys.stderr,
+            )
+            return RUN_FAILED
         finally:
             policy.close()
         with _usage_errors():
