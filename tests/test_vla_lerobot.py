@@ -50,6 +50,7 @@ def serve_args(policy_type: str) -> list[str]:
         *("--policy.image-size", str(side), str(side)),
         *("--policy.overrides", json.dumps(overrides), "--policy.noise.seed", "5"),
         *("--policy.python", PYTHON, "--policy.worker.start-timeout-s", "300"),
+        *("--policy.cpu-threads", "1"),
     ]
 
 
@@ -65,6 +66,7 @@ def vla_config(policy_type: str) -> LeRobotPolicyConfig:
         noise=NoiseConfig(seed=5),
         python=PYTHON,
         worker=FAST_WATCHDOG,
+        cpu_threads=1,
     )
 
 
@@ -215,10 +217,12 @@ def test_a_backbone_for_a_type_without_one_is_refused(tmp_path: Path) -> None:
 
 def test_backbone_options_are_checked_when_parsed() -> None:
     """An unknown backbone size, a backbone with a checkpoint path or for a type without
-    one is refused when the options are parsed, naming the option."""
+    one, and no CPU threads, are refused when the options are parsed, naming the option."""
     with pytest.raises(ValueError, match=r"--policy\.backbone 'huge' is not a size"):
         LeRobotPolicyConfig(type="pi05", random_weights=True, backbone="huge")
     with pytest.raises(ValueError, match=r"add --policy\.type"):
         LeRobotPolicyConfig(path=Path("/ckpt"), backbone="tiny")
     with pytest.raises(ValueError, match=r"no local backbone for --policy\.type act; types"):
         LeRobotPolicyConfig(type="act", random_weights=True, backbone="tiny")
+    with pytest.raises(ValueError, match=r"--policy\.cpu-threads must be >= 1, got 0"):
+        LeRobotPolicyConfig(type="pi05", random_weights=True, cpu_threads=0)

@@ -59,6 +59,9 @@ class LeRobotPolicyConfig:
     """From scratch: torch seed of the random weights."""
     device: str = "cpu"
     """Torch device of the model (cpu, cuda, cuda:1, mps)."""
+    cpu_threads: int | None = None
+    """Torch's CPU threads in the worker (torch.set_num_threads); None: torch's default,
+    one per core. 1 keeps a shared, loaded machine from stalling the model's threads."""
     task_key: str = "task"
     """Name of the optional text input carrying each robot's task."""
     python: str = ""
@@ -81,6 +84,8 @@ class LeRobotPolicyConfig:
                 "state_dim, action_dim and image_size must be >= 1 and cameras non-empty, got "
                 f"{self.state_dim}, {self.action_dim}, {self.image_size}, {self.cameras}"
             )
+        if self.cpu_threads is not None and self.cpu_threads < 1:
+            raise ValueError(f"--policy.cpu-threads must be >= 1, got {self.cpu_threads}")
         if self.backbone is not None:
             if self.backbone not in BACKBONE_SIZES:
                 raise ValueError(
@@ -106,6 +111,7 @@ class LeRobotPolicyConfig:
         options: dict[str, Any] = {
             "device": self.device,
             "task_key": self.task_key,
+            "cpu_threads": self.cpu_threads,
             "overrides": json.loads(self.overrides),
         }
         if self.path is not None:

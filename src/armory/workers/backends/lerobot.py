@@ -107,9 +107,12 @@ class LeRobotBackend(Backend):
         device: str = "cpu",
         task_key: str = "task",
         backbone: str | None = None,
+        cpu_threads: int | None = None,
     ) -> None:
         import torch
 
+        if cpu_threads is not None:
+            torch.set_num_threads(cpu_threads)
         self._torch = torch
         self._device = torch.device(device)
         self._task_key = task_key
