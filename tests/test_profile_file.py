@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from armory.cli import main
-from armory.engine.profile_file import (
+from armory.core.profile_file import (
     MAX_PROFILE_BYTES,
     ProfileFile,
     read_profile,

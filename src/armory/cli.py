@@ -28,8 +28,8 @@ from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from armory.cli_text import tyro_text
+from armory.core.errors import PolicyError
 from armory.engine.config import ServerConfig
-from armory.engine.errors import PolicyError
 from armory.eval.command import Eval, EvalError
 from armory.fleet_spec import RequestMode
 from armory.observe.logs import LogFormat, configure_logging
