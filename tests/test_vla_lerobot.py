@@ -70,7 +70,8 @@ def vla_config(policy_type: str) -> LeRobotPolicyConfig:
     )
 
 
-def _has_vla_extras() -> bool:
+def has_vla_extras() -> bool:
+    """Whether LeRobot's environment has the pi and smolvla extras."""
     probe = subprocess.run(
         [PYTHON, "-c", "import transformers, num2words, tokenizers, scipy"],
         capture_output=True,
@@ -84,7 +85,7 @@ def vla(request: pytest.FixtureRequest) -> Iterator[WorkerPolicy]:
     """One tiny worker per VLA type, for the module; always stopped."""
     if not PYTHON:
         pytest.skip("$ARMORY_LEROBOT_PYTHON is not set (scripts/lerobot-env.sh)")
-    if not _has_vla_extras():
+    if not has_vla_extras():
         pytest.skip(
             "LeRobot's environment lacks lerobot[pi,smolvla]: rebuild scripts/lerobot-env.sh"
         )
