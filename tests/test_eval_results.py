@@ -51,6 +51,15 @@ def test_wilson_interval_matches_known_values() -> None:
         wilson_interval(3, 2)
 
 
+def test_wilson_interval_contains_the_rate_exactly() -> None:
+    """All successes give a high bound of exactly 1 (13/13 rounded to 1 - 1e-16 once, and
+    the success plot's error bars refused the negative length)."""
+    for trials in range(1, 60):
+        for successes in (0, trials // 2, trials):
+            rate = wilson_interval(successes, trials)
+            assert rate.low <= rate.rate <= rate.high
+
+
 def test_summary_counts_successes_and_pools_starvation_per_robot() -> None:
     """Success over all episodes; starvation is starved ticks over counted ticks, per robot
     and for the run."""

@@ -104,9 +104,9 @@ def wilson_interval(num_successes: int, num_trials: int, z: float = WILSON_Z) ->
     denom = 1 + z * z / num_trials
     center = (p + z * z / (2 * num_trials)) / denom
     half = z * math.sqrt(p * (1 - p) / num_trials + z * z / (4 * num_trials**2)) / denom
-    return SuccessRate(
-        num_successes, num_trials, p, max(0.0, center - half), min(1.0, center + half)
-    )
+    # The bounds contain p exactly (rounding put 1.0 above the high bound of n/n).
+    low, high = min(p, max(0.0, center - half)), max(p, min(1.0, center + half))
+    return SuccessRate(num_successes, num_trials, p, low, high)
 
 
 def summarize(episodes: Sequence[EpisodeResult]) -> EvalSummary:
