@@ -12,6 +12,9 @@ cd "$(dirname "$0")/.."
 client=packages/armory-client
 .venv/bin/pip install -q -e "$client[dev]" -e '.[dev]'
 suites=(tests "$client/tests")
+# env:aloha's gym-aloha pins mujoco<3.9 but runs on the MuJoCo and dm-control installed
+# above (pyproject.toml's aloha extra); installed without its pins.
+.venv/bin/pip install -q --no-deps 'gym-aloha==0.1.5'
 # The unmodified PyPI openpi-client (0.1.2 needs numpy<2) lives in its own venv for the
 # compatibility test (tests/test_openpi_server_upstream.py). Created once; if it cannot be
 # installed (e.g. offline), that test is skipped with the reason.

@@ -19,6 +19,7 @@ import tyro
 from tqdm import tqdm
 
 from armory.engine.config import ServerConfig
+from armory.eval.aloha import AlohaConfig
 from armory.eval.lerobot_client import lerobot_layout
 from armory.eval.plan import EvalPlan
 from armory.eval.plots import plot_queues, plot_success_by_axis
@@ -36,6 +37,7 @@ from armory.transports.lerobot_grpc import LeRobotDoorConfig
 EnvChoice = (
     Annotated[So101PickConfig, tyro.conf.subcommand("so101-pick")]
     | Annotated[PushTConfig, tyro.conf.subcommand("pusht")]
+    | Annotated[AlohaConfig, tyro.conf.subcommand("aloha")]
 )
 
 API_KEY_ENV = "ARMORY_API_KEY"

@@ -101,5 +101,11 @@ class Environment(abc.ABC):
         """Called when the runtime sends an observation: the current one, by the
         environment's own names, privileged entries included."""
 
+    def declare_inputs(self, inputs: Mapping[str, Any]) -> None:  # noqa: B027
+        """Called after the environment is made, before its first reset, with the policy's
+        declared inputs under the environment's own names (empty when the policy declares
+        none): an environment may leave out what no input reads (a camera not rendered).
+        Raises MappingError when a declared input names something it cannot produce."""
+
     def close(self) -> None:  # noqa: B027
         """Called once when the robot's process ends."""

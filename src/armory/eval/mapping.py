@@ -31,6 +31,12 @@ def map_observation(
     return {key: value for key, value in renamed.items() if key in inputs}
 
 
+def source_inputs(mapping: Mapping[str, str], inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """The declared ``inputs`` under the environment's names (``mapping`` undone)."""
+    sources = {policy_key: env_key for env_key, policy_key in mapping.items()}
+    return {sources.get(key, key): spec for key, spec in inputs.items()}
+
+
 def check_mapping(
     obs: Mapping[str, Any], mapping: Mapping[str, str], inputs: Mapping[str, Any], *, env: str
 ) -> None:

@@ -29,7 +29,7 @@ from armory_client import AsyncPolicyClient, RobotRuntime, RuntimeConfig
 from armory.eval.environment import Environment
 from armory.eval.groot_client import GrootInferClient
 from armory.eval.lerobot_client import LeRobotInferClient, lerobot_layout
-from armory.eval.mapping import map_observation
+from armory.eval.mapping import map_observation, source_inputs
 from armory.eval.plan import EvalPlan
 from armory.eval.recording import EpisodeRecorder
 from armory.eval.results import EpisodeResult
@@ -263,6 +263,8 @@ def robot_main(job: RobotJob, episodes: Any, results: Any) -> None:
     env: Environment | None = None
     try:
         env = job.plan.env.make()
+        if job.plan.door != "groot":
+            env.declare_inputs(source_inputs(job.plan.mapping, job.inputs))
         while (episode := episodes.get()) is not None:
             result = asyncio.run(run_episode(job, env, episode))
             results.put(("episode", dataclasses.asdict(result)))

@@ -26,7 +26,7 @@ from armory_client import ArmoryClientError, AsyncPolicyClient
 
 from armory.eval.groot_client import check_groot_inputs
 from armory.eval.lerobot_client import lerobot_layout
-from armory.eval.mapping import MappingError, check_mapping
+from armory.eval.mapping import MappingError, check_mapping, source_inputs
 from armory.eval.plan import EvalPlan
 from armory.eval.results import EpisodeResult, EvalSummary, summarize
 from armory.eval.robot_process import RobotJob, robot_main, scene_seed
@@ -82,6 +82,8 @@ def check_environment(
     inputs = metadata.get("inputs") or {}
     env = plan.env.make()
     try:
+        if plan.door != "groot":
+            env.declare_inputs(source_inputs(plan.mapping, inputs))
         env.reset(
             seed=scene_seed(plan.seed, 0),
             episode=0,

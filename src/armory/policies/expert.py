@@ -32,6 +32,7 @@ from armory.core.latency_profile import (
     check_profile_name,
     points_for,
 )
+from armory.policies import aloha_expert, so101_expert
 from armory.policies.base import (
     CONTEXT_CHUNK_START,
     CONTEXT_ROBOT,
@@ -41,15 +42,14 @@ from armory.policies.base import (
 )
 from armory.policies.mock import sleep_precisely
 from armory.policies.noise import NoiseConfig, make_noise
-from armory.policies.so101_expert import ACTION_DIM, PRIVILEGED_STATE_DIM, So101ChunkExpert
 
 PRIVILEGED_STATE_KEY = "privileged/state"
 """float32 vector of simulator state only an expert may read (the environment adds it)."""
 EPISODE_KEY = "privileged/episode"
 """int64 scalar: the robot's episode number; a change resets that robot's controller."""
 
-EXPERT_ENVS = ("so101-pick",)
-"""Environments whose expert can be served."""
+EXPERT_ENVS = ("so101-pick", "aloha")
+"""Environments whose expert can be served (aloha: its transfer-cube task)."""
 
 _FREE_LATENCY_POINTS = {1: 0.0005, 2: 0.0006}
 """Seeds the server's profile when no latency is emulated: the rollout's own cost."""
@@ -59,8 +59,8 @@ _FREE_LATENCY_POINTS = {1: 0.0005, 2: 0.0006}
 class ExpertPolicyConfig:
     """Serve an environment's scripted expert (needs the environment's privileged inputs)."""
 
-    env: Literal["so101-pick"] = "so101-pick"
-    """The environment whose expert is served."""
+    env: Literal["so101-pick", "aloha"] = "so101-pick"
+    """The environment whose expert is served (aloha: the transfer-cube task)."""
     action_horizon: int = 10
     """Actions per chunk (rows of the rolled-forward controller)."""
     latency_profile: str | None = None
@@ -96,8 +96,13 @@ class ExpertPolicy(Policy):
 
     def __init__(self, config: ExpertPolicyConfig) -> None:
         self.config = config
-        self._expert = So101ChunkExpert(action_horizon=config.action_horizon)
-        self.noise = make_noise(config.noise, (config.action_horizon, ACTION_DIM))
+        if config.env == "aloha":
+            self._expert: Any = aloha_expert.AlohaChunkExpert(action_horizon=config.action_horizon)
+            action_dim, state_dim = aloha_expert.ACTION_DIM, aloha_expert.PRIVILEGED_STATE_DIM
+        else:
+            self._expert = so101_expert.So101ChunkExpert(action_horizon=config.action_horizon)
+            action_dim, state_dim = so101_expert.ACTION_DIM, so101_expert.PRIVILEGED_STATE_DIM
+        self.noise = make_noise(config.noise, (config.action_horizon, action_dim))
         """The fixed noise, or None."""
         if config.latency_profile is None:
             self._latency: LatencyProfile | None = None
@@ -111,9 +116,9 @@ class ExpertPolicy(Policy):
         self._metadata = PolicyMetadata(
             name=f"expert-{config.env}",
             action_horizon=config.action_horizon,
-            action_dim=ACTION_DIM,
+            action_dim=action_dim,
             inputs={
-                PRIVILEGED_STATE_KEY: InputSpec(shape=(PRIVILEGED_STATE_DIM,), dtype="float32"),
+                PRIVILEGED_STATE_KEY: InputSpec(shape=(state_dim,), dtype="float32"),
                 EPISODE_KEY: InputSpec(shape=(), dtype="int64"),
             },
             latency_points=points,
