@@ -9,6 +9,7 @@
 #
 # Usage: scripts/learned-policy-demo.sh [options] [-- extra lerobot-train arguments]
 #   --out DIR               everything goes here (default learned-policy-demo); must not exist
+#   --dataset DIR           train on demonstrations recorded before (skips step 1)
 #   --episodes N            demonstrations to record (default 40)
 #   --robots N              robots at once, recording and evaluating (default 2)
 #   --episode-time-s T      simulated seconds per demonstration (default 15)
@@ -27,6 +28,7 @@ die() { echo "learned-policy-demo: $*" >&2; exit 2; }
 log() { echo "learned-policy-demo: $*" >&2; }
 
 out=learned-policy-demo
+dataset=
 episodes=40
 robots=2
 episode_time_s=15
@@ -40,6 +42,7 @@ eval_seed=1000
 while [[ $# -gt 0 ]]; do
     case $1 in
         --out) out=$2; shift 2 ;;
+        --dataset) dataset=$2; shift 2 ;;
         --episodes) episodes=$2; shift 2 ;;
         --robots) robots=$2; shift 2 ;;
         --episode-time-s) episode_time_s=$2; shift 2 ;;
@@ -60,6 +63,7 @@ for name in episodes robots steps batch_size eval_episodes train_seed eval_seed;
 done
 [[ $train_seed != "$eval_seed" ]] || die "--train-seed and --eval-seed must differ (held-out scenes)"
 [[ -e $out ]] && die "--out $out already exists"
+[[ -z $dataset || -f $dataset/meta/info.json ]] || die "--dataset $dataset is not a LeRobot dataset"
 
 python=${ARMORY_LEROBOT_PYTHON:-}
 if [[ -z $python ]]; then
@@ -73,16 +77,21 @@ export ARMORY_LEROBOT_PYTHON=$python HF_HUB_OFFLINE=1
 export HF_HOME=${HF_HOME:-$out/hf-home}  # nothing is downloaded; keeps caches out of ~
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-dataset=$out/dataset
+[[ -n $dataset ]] && dataset=$(cd "$dataset" && pwd)
 train=$out/train
 checkpoint=$train/checkpoints/last/pretrained_model
 started=$SECONDS
 
-log "[1/3] recording $episodes expert demonstrations (scene seed $train_seed)"
-"${armory[@]}" eval env:so101-pick policy:expert --robots "$robots" --episodes "$episodes" \
-    --episode-time-s "$episode_time_s" --time-scale "$time_scale" --seed "$train_seed" \
-    --variation --variation.seed "$train_seed" --record.dir "$dataset" \
-    --out "$out/demonstrations" --no-progress
+if [[ -z $dataset ]]; then
+    dataset=$out/dataset
+    log "[1/3] recording $episodes expert demonstrations (scene seed $train_seed)"
+    "${armory[@]}" eval env:so101-pick policy:expert --robots "$robots" --episodes "$episodes" \
+        --episode-time-s "$episode_time_s" --time-scale "$time_scale" --seed "$train_seed" \
+        --variation --variation.seed "$train_seed" --record.dir "$dataset" \
+        --out "$out/demonstrations" --no-progress
+else
+    log "[1/3] training on the demonstrations in $dataset (recorded with --train-seed's scenes)"
+fi
 recorded=$SECONDS
 
 log "[2/3] training ACT for $steps steps (batch $batch_size) with lerobot-train"
