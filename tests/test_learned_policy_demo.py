@@ -66,9 +66,7 @@ def test_demo_records_trains_serves_and_evaluates_on_held_out_scenes(tmp_path: P
     assert done.returncode == 0, done.stderr[-3000:]
     info = json.loads((out / "dataset" / "meta" / "info.json").read_text())
     assert info["total_episodes"] == 2
-    assert {"observation.state", "observation.environment_state", "action"} <= set(
-        info["features"]
-    )
+    assert {"observation.state", "observation.environment_state", "action"} <= set(info["features"])
     checkpoint = out / "train" / "checkpoints" / "last" / "pretrained_model"
     assert json.loads((checkpoint / "config.json").read_text())["type"] == "act"
     demos = json.loads((out / "demonstrations" / "results.json").read_text())
