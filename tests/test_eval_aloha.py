@@ -180,3 +180,26 @@ def test_a_mapping_mismatch_is_one_clear_error_before_start(
     error = [line for line in done.stderr.splitlines() if line.startswith("armory: error")]
     assert len(error) == 1 and expected in error[0], done.stderr[-3000:]
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(
+    not (LEROBOT_PYTHON and Path(LEROBOT_PYTHON).exists()),
+    reason="ARMORY_LEROBOT_PYTHON is unset or missing (build it with scripts/lerobot-env.sh)",
+)
+def test_recorded_episode_is_a_dataset_under_lerobots_aloha_names(tmp_path: Path) -> None:
+    """--record.dir writes the ALOHA episode as LeRobot's ALOHA datasets name it: the top
+    camera as an image feature at the declared size, 14-value state and action."""
+    root = tmp_path / "dataset"
+    policy = ["policy:mock", "--policy.image-keys", "observation.images.top"]
+    policy += ["--policy.image-shape", "48", "64", "3", "--policy.state-key"]
+    policy += ["observation.state", "--policy.state-dim", "14", "--policy.action-dim", "14"]
+    options = ["--episodes", "1", "--episode-time-s", "0.1", "--record.dir", str(root)]
+    options += ["--record.lerobot-python", LEROBOT_PYTHON, "--out", str(tmp_path / "out")]
+    done = _eval("eval", "env:aloha", *policy, *options, "--no-progress")
+    assert done.returncode == 0, done.stderr[-3000:]
+    info = json.loads((root / "meta" / "info.json").read_text())
+    features = info["features"]
+    assert info["total_frames"] == 5
+    assert features["observation.images.top"]["dtype"] == "image"
+    assert features["observation.images.top"]["shape"] == [48, 64, 3]
+    assert features["observation.state"]["shape"] == [14] == features["action"]["shape"]
