@@ -21,6 +21,12 @@ pytest.importorskip("gym_aloha")
 
 ROOT = Path(__file__).resolve().parents[1]
 LEROBOT_PYTHON = os.environ.get("ARMORY_LEROBOT_PYTHON", "")
+TOP_CAMERA_MOCK = [
+    *("policy:mock", "--policy.image-keys", "observation.images.top"),
+    *("--policy.image-shape", "48", "64", "3", "--policy.state-key", "observation.state"),
+    *("--policy.state-dim", "14", "--policy.action-dim", "14"),
+]
+"""A mock declaring ALOHA's state and its top camera at 48x64."""
 
 
 def _python(code: str, *args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
@@ -142,10 +148,7 @@ def test_two_robots_with_a_camera_policy_a_ticket_and_variation(tmp_path: Path) 
     """Two robots, each rendering only the top camera at the mock's declared size, the
     mock's noise ticket on every episode, a few steps each (software rendering is slow)."""
     out = tmp_path / "out"
-    policy = ["policy:mock", "--policy.image-keys", "observation.images.top"]
-    policy += ["--policy.image-shape", "48", "64", "3", "--policy.state-key"]
-    policy += ["observation.state", "--policy.state-dim", "14", "--policy.action-dim", "14"]
-    policy += ["--policy.noise.seed", "4"]
+    policy = [*TOP_CAMERA_MOCK, "--policy.noise.seed", "4"]
     options = ["--robots", "2", "--episodes", "2", "--episode-time-s", "0.1", "--variation"]
     done = _eval("eval", "env:aloha", *policy, *options, "--out", str(out), "--no-progress")
     assert done.returncode == 0, done.stderr[-3000:]
@@ -190,9 +193,7 @@ def test_recorded_episode_is_a_dataset_under_lerobots_aloha_names(tmp_path: Path
     """--record.dir writes the ALOHA episode as LeRobot's ALOHA datasets name it: the top
     camera as an image feature at the declared size, 14-value state and action."""
     root = tmp_path / "dataset"
-    policy = ["policy:mock", "--policy.image-keys", "observation.images.top"]
-    policy += ["--policy.image-shape", "48", "64", "3", "--policy.state-key"]
-    policy += ["observation.state", "--policy.state-dim", "14", "--policy.action-dim", "14"]
+    policy = TOP_CAMERA_MOCK
     options = ["--episodes", "1", "--episode-time-s", "0.1", "--record.dir", str(root)]
     options += ["--record.lerobot-python", LEROBOT_PYTHON, "--out", str(tmp_path / "out")]
     done = _eval("eval", "env:aloha", *policy, *options, "--no-progress")
