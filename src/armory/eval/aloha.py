@@ -30,6 +30,7 @@ from typing import Any, Literal
 import numpy as np
 
 from armory.eval.environment import EnvConfig, Environment, ResetResult, StepResult
+from armory.eval.headless_gl import configure_headless_gl
 from armory.eval.mapping import MappingError
 from armory.eval.variation import Scenario
 from armory.policies.expert import EPISODE_KEY, PRIVILEGED_STATE_KEY
@@ -85,8 +86,6 @@ class AlohaConfig(EnvConfig):
 
     def prepare_process(self) -> None:
         """Cameras need an OpenGL platform, chosen before MuJoCo is imported."""
-        from armory.eval.headless_gl import configure_headless_gl
-
         configure_headless_gl()
 
     def make(self) -> AlohaEnv:
