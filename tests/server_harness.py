@@ -48,8 +48,12 @@ def armory_serve(
         text=True,
     )
     try:
-        assert proc.stdout is not None
-        yield proc, [proc.stdout.readline() for _ in range(announce_lines)]
+        assert proc.stdout is not None and proc.stderr is not None
+        lines = [proc.stdout.readline() for _ in range(announce_lines)]
+        if "" in lines:  # the server ended before announcing every door: say why
+            proc.kill()
+            raise AssertionError(f"armory serve ended early: {lines}\n{proc.stderr.read()}")
+        yield proc, lines
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -136,7 +136,9 @@ def serve_robots(
 
     def robot(index: int, port: int) -> None:
         try:
-            with PolicyClient("127.0.0.1", port) as client:
+            # A forward pass on a loaded CI machine can take seconds: the client waits
+            # as long as the test does.
+            with PolicyClient("127.0.0.1", port, request_timeout_s=timeout_s) as client:
                 for obs in robots[index]:
                     replies[index].append(client.infer(obs)["actions"])
         except BaseException as exc:  # reported below
