@@ -91,6 +91,22 @@ def test_a_decision_is_counted_by_its_rule_and_dispatch_plans_each_landing() -> 
     assert step.mirror.deadline_of(2) == 1.5 + 0.0625 + 0.25 + 6 / 8
 
 
+def test_only_a_step_told_to_times_its_decisions_in_processor_seconds() -> None:
+    """The live loop's step reads no processor clock (a system call per read); the
+    simulator's does, and its report shows the decisions' processor time."""
+    live = _step(MaxBatchScheduler(), r1=0.0)
+    decision = live.decide(0.0)
+    assert decision is not None and decision.decision_cpu_s is None
+    assert live.counters.decision_cpu_s == 0.0
+    timed = _step(MaxBatchScheduler(), r1=0.0)
+    timed.time_cpu = True
+    decision = timed.decide(0.0)
+    assert decision is not None and decision.decision_cpu_s is not None
+    assert timed.counters.decision_cpu_s == decision.decision_cpu_s >= 0.0
+    simulator = Simulator(load_fleet(FLEET), MaxBatchScheduler(), SimConfig(duration_s=1.0))
+    assert simulator.step.time_cpu
+
+
 def test_batch_done_teaches_the_profile_and_moves_the_recent_batch_size() -> None:
     step = _step(MaxBatchScheduler(), r1=0.0, r2=0.0)
     decision = step.decide(0.0)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from factories import make_snapshot
+from factories import make_snapshot, random_snapshot
 
 from armory.core.latency_profile import LatencyProfile
 from armory.scheduling import fluid_mix
@@ -131,6 +131,25 @@ def test_candidate_sizes_are_dense_to_16_then_geometric_to_the_max() -> None:
     sizes = candidate_sizes(64)
     assert sizes[:16].tolist() == list(range(1, 17))
     assert sizes[-1] == 64 and np.all(np.diff(sizes) > 0)
+
+
+def test_the_kept_candidate_sizes_cannot_be_changed_by_a_caller() -> None:
+    """The sizes are kept between decisions: a caller that writes to them gets an error."""
+    with pytest.raises(ValueError, match="read-only"):
+        candidate_sizes(4)[0] = 7
+
+
+def test_a_decision_does_not_depend_on_the_fleets_decided_before_it() -> None:
+    """Plan layouts kept between decisions (by fleet size and max batch) never leak from
+    one fleet into another: varied fleets decided in one order and then in the reverse
+    order get the same batches."""
+    rng = np.random.default_rng(11)
+    snapshots = [random_snapshot(rng) for _ in range(120)]
+    scheduler = JustInTimeScheduler()
+    forward = [scheduler.schedule(s) for s in snapshots]
+    backward = [scheduler.schedule(s) for s in reversed(snapshots)]
+    assert forward == backward[::-1]
+    assert {b.rule for b in forward} >= {"on-time", "wait"}
 
 
 def test_over_capacity_batch_sizes_come_from_both_tick_charges() -> None:

@@ -24,6 +24,7 @@ the ablation of each rule and the measured results.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -53,6 +54,8 @@ _NEVER_S = 1e6
 """A wait that stands for never (a robot the fluid optimum does not serve)."""
 _IN_FULL = 1.0 - 1e-3
 """A fluid share at least this large serves the robot in full (no dry wait)."""
+_LAYOUTS_KEPT = 16
+"""Plan layouts (fleet size, max batch size) kept between decisions."""
 
 
 def _directed(s: Snapshot) -> np.ndarray:
@@ -60,17 +63,41 @@ def _directed(s: Snapshot) -> np.ndarray:
     return np.zeros(s.num_robots, dtype=bool) if s.directed is None else s.directed
 
 
+@functools.lru_cache(maxsize=64)
 def candidate_sizes(max_size: int) -> np.ndarray:
-    """Batch sizes to evaluate: all up to 16, then roughly geometric steps and the max."""
+    """Batch sizes to evaluate: all up to 16, then roughly geometric steps and the max
+    (read-only; the same array for the same ``max_size``)."""
     if max_size <= _DENSE_SIZES:
-        return np.arange(1, max_size + 1)
+        return _read_only(np.arange(1, max_size + 1))
     sizes = set(range(1, _DENSE_SIZES + 1))
     size = _DENSE_SIZES
     while size < max_size:
         size = int(size * 1.5)
         sizes.add(min(size, max_size))
     sizes.add(max_size)
-    return np.array(sorted(sizes))
+    return _read_only(np.array(sorted(sizes)))
+
+
+@functools.lru_cache(maxsize=_LAYOUTS_KEPT)
+def _batch_numbers(num_robots: int, max_size: int) -> np.ndarray:
+    """Per candidate size (rows) and position in due order (columns): how many
+    back-to-back batches of that size have run once that position's chunk is computed
+    (read-only)."""
+    sizes = candidate_sizes(max_size)
+    return _read_only(np.arange(num_robots)[None, :] // sizes[:, None] + 1)
+
+
+@functools.lru_cache(maxsize=_LAYOUTS_KEPT)
+def _in_first_batch(num_candidates: int, max_size: int) -> np.ndarray:
+    """Per candidate size (rows) and eligible robot in due order (columns): whether it
+    rides the first batch of that size (read-only)."""
+    sizes = candidate_sizes(max_size)
+    return _read_only(np.arange(num_candidates)[None, :] < sizes[:, None])
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False
+    return array
 
 
 class JustInTimeScheduler(Scheduler):
@@ -125,25 +152,32 @@ class JustInTimeScheduler(Scheduler):
         # The plan covers every robot the server knows, in due order: robots whose
         # requests are still on their way (threshold and directed clients ask late)
         # need GPU time too. Only eligible robots can ride the next batch.
-        due = s.deadline_s - s.downlink_s + (0.0 if gap_s is None else gap_s)
+        due = s.deadline_s - s.downlink_s
+        if gap_s is not None:
+            due += gap_s
         rows = np.lexsort((s.contact_order, due))
         due = due[rows]
         value_per_s = s.weight[rows] * s.control_hz[rows]
-        latency = s.latency_table_s
-        candidates = rows[s.eligible[rows]]
-        sizes = candidate_sizes(min(s.max_batch_size, candidates.size))
-        tick_s = 1.0 / float(np.max(s.control_hz[candidates]))
+        in_due_order = s.eligible[rows]
+        candidates = rows[in_due_order]
+        max_size = min(s.max_batch_size, candidates.size)
+        sizes = candidate_sizes(max_size)
+        latency_s = s.latency_table_s[sizes]
+        tick_s = 1.0 / float(s.control_hz[candidates].max())
         margin = self.margin_s + self.margin_ticks * tick_s
 
         # Back-to-back batches of each size over the due order: when each robot's chunk
-        # finishes computing, how late that is, and the latest start keeping all on time.
-        positions = np.arange(rows.size)
-        finish_s = (positions[None, :] // sizes[:, None] + 1) * latency[sizes][:, None]
-        lateness = np.maximum(0.0, now + finish_s + margin - due[None, :])
-        tardiness = np.round((lateness * value_per_s[None, :]).sum(axis=1), 9)
-        latest_start_s = (due[None, :] - finish_s).min(axis=1) - margin
+        # finishes computing, how late that is (weighted), and the least late size.
+        finish_s = _batch_numbers(rows.size, max_size) * latency_s[:, None]
+        lateness = now + finish_s
+        lateness += margin
+        lateness -= due
+        np.maximum(lateness, 0.0, out=lateness)
+        lateness *= value_per_s
+        tardiness = lateness.sum(axis=1).round(9)
+        least_tardiness = tardiness.min()
         weights = s.weight[candidates]
-        if gap_s is None and tardiness.min() > self.overload_actions * float(weights.max()):
+        if gap_s is None and least_tardiness > self.overload_actions * float(weights.max()):
             fleet_fits, sizes_used = self._fluid_optimum(s)
             if not fleet_fits and self._on("fluid-share"):
                 gaps = self._fluid_gaps(s)
@@ -157,21 +191,43 @@ class JustInTimeScheduler(Scheduler):
                 return self._overloaded(s, sizes_used)
 
         # The least late size; among equals, the most motion per GPU second in its first
-        # batch (the first eligible robots in due order). It waits for its latest start
-        # only if that makes nobody late.
-        fresh_s = (
-            s.chunk_seconds()[candidates]
-            - s.downlink_s[candidates]
-            - (now - s.obs_time_s[candidates])
-        )
-        gain_s = np.maximum(0.0, fresh_s[None, :] - latency[sizes][:, None])
-        in_batch = np.arange(candidates.size)[None, :] < sizes[:, None]
-        worth_per_s = (gain_s * (s.weight * s.control_hz)[candidates][None, :] * in_batch).sum(1)
-        efficiency = worth_per_s / latency[sizes]
-        best = int(np.lexsort((-efficiency, tardiness))[0])
-        if tardiness[best] == 0.0 and latest_start_s[best] > now and self._on("wait"):
-            return Batch((), wait_until_s=float(latest_start_s[best]), rule="wait")
+        # batch (the first eligible robots in due order).
+        least = np.flatnonzero(tardiness == least_tardiness)
+        if least.size == 1:
+            best = int(least[0])
+        else:
+            best = self._most_motion(s, candidates, value_per_s[in_due_order], tardiness, max_size)
+        # It waits for its latest start only if that makes nobody late.
+        if tardiness[best] == 0.0 and self._on("wait"):
+            latest_start_s = float((due - finish_s[best]).min() - margin)
+            if latest_start_s > now:
+                return Batch((), wait_until_s=latest_start_s, rule="wait")
         return Batch(tuple(s.robot_id[candidates[: sizes[best]]].tolist()), rule=BASE_RULE)
+
+    def _most_motion(
+        self,
+        s: Snapshot,
+        candidates: np.ndarray,
+        value_per_s: np.ndarray,
+        tardiness: np.ndarray,
+        max_size: int,
+    ) -> int:
+        """Index of the least late candidate size whose first batch (the first
+        ``candidates``, eligible robots in due order) buys the most motion per second of
+        forward pass; ``value_per_s`` is each candidate's weight x rate."""
+        sizes = candidate_sizes(max_size)
+        latency_s = s.latency_table_s[sizes]
+        fresh_s = (
+            s.max_execution_horizon[candidates] / s.control_hz[candidates]
+            - s.downlink_s[candidates]
+            - (s.now_s - s.obs_time_s[candidates])
+        )
+        gain_s = fresh_s - latency_s[:, None]
+        np.maximum(gain_s, 0.0, out=gain_s)
+        gain_s *= value_per_s
+        gain_s *= _in_first_batch(candidates.size, max_size)
+        efficiency = gain_s.sum(1) / latency_s
+        return int(np.lexsort((-efficiency, tardiness))[0])
 
     def _fluid_gaps(self, s: Snapshot) -> np.ndarray:
         """Per robot: how long after its queue runs dry its next chunk is due, so that
