@@ -178,9 +178,9 @@ class JustInTimeScheduler(Scheduler):
         least_tardiness = tardiness.min()
         weights = s.weight[candidates]
         if gap_s is None and least_tardiness > self.overload_actions * float(weights.max()):
-            fleet_fits, sizes_used = self._fluid_optimum(s)
+            fleet_fits, sizes_used, share = self._fluid_optimum(s)
             if not fleet_fits and self._on("fluid-share"):
-                gaps = self._fluid_gaps(s)
+                gaps = self._fluid_gaps(s, share)
                 if gaps.any():
                     return dataclasses.replace(self._rule(s, gap_s=gaps), rule="fluid-share")
             if (
@@ -192,7 +192,7 @@ class JustInTimeScheduler(Scheduler):
 
         # The least late size; among equals, the most motion per GPU second in its first
         # batch (the first eligible robots in due order).
-        least = np.flatnonzero(tardiness == least_tardiness)
+        least = (tardiness == least_tardiness).nonzero()[0]
         if least.size == 1:
             best = int(least[0])
         else:
@@ -229,11 +229,10 @@ class JustInTimeScheduler(Scheduler):
         efficiency = gain_s.sum(1) / latency_s
         return int(np.lexsort((-efficiency, tardiness))[0])
 
-    def _fluid_gaps(self, s: Snapshot) -> np.ndarray:
+    def _fluid_gaps(self, s: Snapshot, share: np.ndarray) -> np.ndarray:
         """Per robot: how long after its queue runs dry its next chunk is due, so that
-        it is served the share of its ticks the fluid optimum serves (a robot served a
-        share phi of its ticks plays a chunk, then waits ``chunk (1/phi - 1)``)."""
-        share = fluid_mix(s).share
+        it is served the ``share`` of its ticks the fluid optimum serves (a robot served
+        a share phi of its ticks plays a chunk, then waits ``chunk (1/phi - 1)``)."""
         chunk_s = s.chunk_seconds()
         waits = chunk_s * (1.0 / np.maximum(share, 1e-6) - 1.0)
         # Only a robot that keeps sending observations can wait dry and still be served
@@ -266,11 +265,12 @@ class JustInTimeScheduler(Scheduler):
         size = int(sizes[int(np.argmax(np.round(rate, 9)))])
         return Batch(tuple(s.robot_id[rows[:size]].tolist()), rule="overload")
 
-    def _fluid_optimum(self, s: Snapshot) -> tuple[bool, np.ndarray]:
-        """Whether the fleet's fluid optimum serves every robot in full, and the batch
-        sizes it uses (every candidate size if it uses none)."""
+    def _fluid_optimum(self, s: Snapshot) -> tuple[bool, np.ndarray, np.ndarray]:
+        """Whether the fleet's fluid optimum serves every robot in full, the batch sizes
+        it uses (every candidate size if it uses none), and the share of each robot's
+        ticks it serves (all ones, unsolved, when the fleet surely fits)."""
         if surely_fits(s):
-            return True, candidate_sizes(s.max_batch_size)
+            return True, candidate_sizes(s.max_batch_size), np.ones(s.num_robots)
         mix = fluid_mix(s)
         sizes = mix.sizes if mix.sizes.size else candidate_sizes(s.max_batch_size)
-        return mix.fits, sizes
+        return mix.fits, sizes, mix.share
