@@ -21,6 +21,7 @@ from tqdm import tqdm
 from armory.engine.config import ServerConfig
 from armory.eval.aloha import AlohaConfig
 from armory.eval.lerobot_client import lerobot_layout
+from armory.eval.libero import LiberoConfig
 from armory.eval.plan import EvalPlan
 from armory.eval.plots import plot_queues, plot_success_by_axis
 from armory.eval.pusht import PushTConfig
@@ -38,6 +39,7 @@ EnvChoice = (
     Annotated[So101PickConfig, tyro.conf.subcommand("so101-pick")]
     | Annotated[PushTConfig, tyro.conf.subcommand("pusht")]
     | Annotated[AlohaConfig, tyro.conf.subcommand("aloha")]
+    | Annotated[LiberoConfig, tyro.conf.subcommand("libero")]
 )
 
 API_KEY_ENV = "ARMORY_API_KEY"
