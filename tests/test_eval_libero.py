@@ -29,6 +29,7 @@ from armory.eval.libero import (
 from armory.eval.mapping import MappingError, check_mapping
 from armory.eval.robot_process import EnvRobot
 from armory.eval.variation import Scenario, VariationConfig, load_axes, scenario
+from armory.policies.noise import NoiseConfig, make_noise
 
 RENDER_SIZE = 64
 SETTLE_STEPS = 2
@@ -144,17 +145,25 @@ def test_a_missing_camera_or_wrong_state_size_is_one_clear_error(env: LiberoEnv)
 
 
 def test_armory_eval_runs_libero_with_a_served_policy_and_variation(tmp_path: Path) -> None:
-    """armory eval env:libero against the mock (openpi's LIBERO inputs): the episode runs
-    its steps over the wire with its scenario and the task's instruction recorded."""
+    """armory eval env:libero, two robots against the mock (openpi's LIBERO inputs): each
+    episode runs its steps over the wire with its scenario and the noise ticket recorded."""
     out = tmp_path / "out"
     env = ["env:libero", "--env.render-size", str(RENDER_SIZE), "--env.settle-steps", "1"]
-    options = ["--episodes", "1", "--episode-time-s", "0.2", "--variation", "--seed", "2"]
+    options = ["--robots", "2", "--episodes", "2", "--episode-time-s", "0.2", "--variation"]
+    options += ["--seed", "2", "--policy.noise.seed", "5"]
     argv = ["eval", *env, "policy:mock", *options, "--out", str(out), "--no-progress"]
     assert main(argv) == 0
     results = json.loads((out / "results.json").read_text())
-    assert results["run"]["env"] == "libero"
-    (episode,) = results["episodes"]
-    assert episode["num_steps"] == 4 and episode["num_requests"] > 0
-    assert episode["num_request_errors"] == 0
-    assert "object.offset_x" in episode["scenario"]["values"]
-    assert episode["scenario"]["not_applied"] == []
+    assert results["run"]["env"] == "libero" and results["run"]["robots"] == 2
+    ticket = make_noise(NoiseConfig(seed=5), (10, 7))
+    assert ticket is not None
+    episodes = results["episodes"]
+    assert sorted(e["episode"] for e in episodes) == [0, 1]
+    for episode in episodes:
+        assert episode["num_steps"] == 4 and episode["num_requests"] > 0
+        assert episode["num_request_errors"] == 0
+        assert episode["ticket"]["served_sha256"] == [ticket.sha256]
+        assert "object.offset_x" in episode["scenario"]["values"]
+        assert episode["scenario"]["not_applied"] == []
+    offsets = {e["scenario"]["values"]["object.offset_x"]["value"] for e in episodes}
+    assert len(offsets) == 2  # each episode its own scene
