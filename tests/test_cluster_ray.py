@@ -5,10 +5,10 @@ served again within a bound, and a replacement replica started by Ray Serve."""
 from __future__ import annotations
 
 import gc
+import ipaddress
 import json
 import os
 import signal
-import subprocess
 import time
 import urllib.request
 from typing import Any
@@ -25,6 +25,7 @@ from server_harness import FAST_LINEAR, make_obs
 from armory.cli import Serve
 from armory.cluster.ray_cluster import ClusterConfig, ClusterRunner
 from armory.cluster.supervisor import SupervisorConfig
+from armory.core.addresses import is_loopback
 from armory.engine.config import ServerConfig
 from armory.policies.mock import MockPolicyConfig
 from armory.transports.groot_config import GrootDoorConfig
@@ -98,13 +99,53 @@ def _served_again(robot: Robot, seed: int, deadline_s: float) -> float:
             time.sleep(0.1)
 
 
-def _listeners(pids: set[int]) -> list[str]:
-    """Listening TCP sockets of ``pids`` (ss -ltnp), for the record."""
-    try:
-        out = subprocess.run(["ss", "-ltnp"], capture_output=True, text=True, timeout=5).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [line for line in out.splitlines() if any(f"pid={p}," in line for p in pids)]
+def _descendants(root_pid: int) -> set[int]:
+    """``root_pid`` and every process under it (Ray's GCS, raylet, agents, workers)."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    parents[int(entry)] = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue  # ended while listed
+    found = {root_pid}
+    grew = True
+    while grew:
+        children = {pid for pid, parent in parents.items() if parent in found} - found
+        found |= children
+        grew = bool(children)
+    return found
+
+
+def _proc_address(hex_address: str) -> str:
+    """A /proc/net/tcp{,6} address (32-bit words in host order) as text."""
+    raw = bytes.fromhex(hex_address)
+    packed = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+    return str(ipaddress.ip_address(packed))
+
+
+def _listeners(pids: set[int]) -> list[tuple[str, int, int]]:
+    """Listening TCP sockets of ``pids``, IPv4 and IPv6: (address, port, pid)."""
+    owners: dict[str, int] = {}
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    owners[target[8:-1]] = pid
+        except OSError:
+            continue  # ended while listed
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as rows:
+            for row in list(rows)[1:]:
+                fields = row.split()
+                local, state, inode = fields[1], fields[3], fields[9]
+                if state == "0A" and inode in owners:  # 0A: LISTEN
+                    address, port = local.split(":")
+                    found.append((_proc_address(address), int(port, 16), owners[inode]))
+    return found
 
 
 def test_cluster_spreads_robots_and_survives_a_replica_death(tmp_path: Any) -> None:
@@ -134,14 +175,14 @@ def test_cluster_spreads_robots_and_survives_a_replica_death(tmp_path: Any) -> N
                 robot.step(i)
             listing = cluster.listing()
             assert [entry["num_robots"] for entry in listing] == [3, 3]
-            listeners = _listeners({os.getpid(), *(a.pid for a in addresses if a)})
-            print("\n".join(listeners))
-            armory_ports = {cluster.port, *(a.openpi_port for a in addresses if a)}
-            armory_ports |= {a.groot_port for a in addresses if a and a.groot_port}
-            for line in listeners:  # Armory's own ports listen on loopback only
-                local = line.split()[3]
-                if int(local.rsplit(":", 1)[1]) in armory_ports:
-                    assert local.startswith("127.0.0.1:"), line
+            replica_pids = {a.pid for a in addresses if a}
+            listeners = _listeners(_descendants(os.getpid()) | replica_pids)
+            print("\n".join(map(str, sorted(listeners))))
+            assert cluster.port in {port for _, port, _ in listeners}, "no door seen listening"
+            wide = [(host, port, pid) for host, port, pid in listeners if not is_loopback(host)]
+            # Ray's own servers follow the loopback node address; the one listener Ray
+            # Serve binds to [::] with no option is each replica's inter-deployment gRPC.
+            assert sorted(pid for _, _, pid in wide) == sorted(replica_pids), wide
             victim = addresses[0]
             assert victim is not None
             os.kill(victim.pid, signal.SIGKILL)

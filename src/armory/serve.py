@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import signal
 import threading
@@ -19,6 +18,7 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Self
 
+from armory.core.addresses import is_loopback
 from armory.engine.batch_loop import Clock
 from armory.engine.config import ServerConfig
 from armory.engine.server_engine import EngineStats, ServerEngine
@@ -231,7 +231,7 @@ def run_server(server: ArmoryServer, *, announce: bool = True) -> int:
 def exposure_warnings(server: ArmoryServer) -> list[str]:
     """Called at start-up: one warning per door that serves anyone while the server is
     bound beyond loopback (none on 127.0.0.1)."""
-    if _is_loopback(server.host):
+    if is_loopback(server.host):
         return []
     return [
         f"the {type(door).__name__} door on {server.host} serves anyone who can reach it: "
@@ -239,15 +239,6 @@ def exposure_warnings(server: ArmoryServer) -> list[str]:
         for door in server.transports
         if not door.requires_credentials
     ]
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a host name: it may resolve to any interface
 
 
 def door_lines(server: ArmoryServer) -> list[str]:

@@ -27,8 +27,10 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from armory.cluster.front_door import FrontDoor
+from armory.cluster.ray_loopback import loopback_ray, machine_address
 from armory.cluster.replica_table import ReplicaAddress, ReplicaTable
 from armory.cluster.supervisor import Supervisor, SupervisorConfig
+from armory.core.addresses import is_loopback
 from armory.core.latency_profile import LatencyProfile
 from armory.engine.config import ServerConfig
 from armory.placement.base import ReplicaProfile
@@ -81,7 +83,7 @@ class ClusterConfig:
     """Port of the front door (0 picks a free one)."""
     ray_address: str | None = None
     """Join this Ray cluster (``auto``, or the head's ``host:port``); None starts a
-    local one bound to loopback where Ray allows it (docs/scale-out.md)."""
+    local one whose node address is 127.0.0.1 (docs/security.md: Ray's listeners)."""
     num_cpus: int | None = None
     """CPUs of a local Ray (default: the machine's)."""
     start_timeout_s: float = 120.0
@@ -128,6 +130,8 @@ class ArmoryReplica:
         host = advertised_host or serve.host
         if host in _WILDCARDS:
             host = ray.util.get_node_ip_address()
+            if is_loopback(host):  # a local Ray on loopback; robots dial the machine
+                host = machine_address()
         doors: dict[str, object] = {}
         for door in server.doors:  # the first of a kind: GR00T's N1.6 port before N1.5's
             doors.setdefault(type(door).__name__, door)
@@ -208,15 +212,23 @@ class ClusterRunner:
         config = self.config
         if config.ray_address is None:
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-            ray.init(
-                num_cpus=config.num_cpus,
-                include_dashboard=False,
-                dashboard_host=LOOPBACK,
-                _node_ip_address=LOOPBACK,
-                namespace=NAMESPACE,
-                configure_logging=False,
-                log_to_driver=False,
-            )
+            with loopback_ray():
+                ray.init(
+                    num_cpus=config.num_cpus,
+                    include_dashboard=False,
+                    dashboard_host=LOOPBACK,
+                    _node_ip_address=LOOPBACK,
+                    namespace=NAMESPACE,
+                    configure_logging=False,
+                    log_to_driver=False,
+                )
+            node_address = ray.util.get_node_ip_address()
+            if not is_loopback(node_address):
+                logger.warning(
+                    "Ray's node address is %s, not loopback: Ray's own servers listen on "
+                    "every interface (docs/security.md)",
+                    node_address,
+                )
         else:
             ray.init(address=config.ray_address, namespace=NAMESPACE, log_to_driver=False)
         self._started_ray = True
