@@ -114,6 +114,18 @@ def test_float_inputs_accept_other_real_dtypes_and_are_converted() -> None:
     assert obs["observation/state"].dtype == np.float64  # the input map is not modified
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.int64])
+def test_a_value_beyond_the_declared_float_range_is_refused_not_made_inf(dtype: type) -> None:
+    """A finite float64 of 1e308 (or an int beyond float16) would become inf when converted
+    to the declared dtype: it is refused, naming the input."""
+    inputs = {"state": InputSpec(shape=(2,), dtype="float16" if dtype is np.int64 else "float32")}
+    big = 1e308 if dtype is np.float64 else 70_000
+    with pytest.raises(ObservationError, match=r"'state': holds .* beyond the range"):
+        conform_observation({"state": np.array([0, big], dtype)}, inputs)
+    out = conform_observation({"state": np.array([0, 1], dtype)}, inputs)
+    assert np.isfinite(out["state"]).all()
+
+
 def test_wildcard_dimensions_accept_any_size() -> None:
     """A None dimension matches any size; the rank must still agree."""
     inputs = {"points": InputSpec((None, 3), "float32")}

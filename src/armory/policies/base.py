@@ -253,6 +253,15 @@ def _check_value(key: str, value: Any, spec: InputSpec) -> None:
         raise ObservationError(
             f"observation input {key!r}: holds NaN or inf values; every value must be finite"
         )
+    if received != expected and value.size:
+        # Converted to the declared dtype: a value beyond its range would become inf.
+        largest = float(np.abs(value, dtype=np.float64).max())
+        limit = float(np.finfo(expected).max)
+        if largest > limit:
+            raise ObservationError(
+                f"observation input {key!r}: holds {largest:g}, beyond the range of the "
+                f"declared {expected.name} (+-{limit:g})"
+            )
 
 
 def _shape_text(shape: tuple[int | None, ...]) -> str:
