@@ -13,10 +13,19 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
+import grpc
 import msgpack
 import pytest
 from armory_client import PolicyClient, RobotState, ServerError, attach
 from groot_client import GrootClient, groot_observation
+from lerobot_client.wire import (
+    AsyncInferenceClient,
+    TimedObservation,
+    install_upstream_classes,
+    instructions,
+    raw_observation,
+    robot_features,
+)
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 from server_harness import make_mock, make_obs, running_server
@@ -24,6 +33,8 @@ from server_harness import make_mock, make_obs, running_server
 from armory.engine.config import ServerConfig
 from armory.serve import ArmoryServer, ServerThread
 from armory.transports.groot_config import GrootDoorConfig
+from armory.transports.lerobot_grpc import LeRobotDoorConfig
+from armory.transports.lerobot_protocol import decode_actions
 
 MAX_EXECUTION_HORIZON = 8
 GRAFANA = Path(__file__).parents[1] / "configs" / "grafana" / "armory.json"
@@ -233,3 +244,41 @@ def test_the_groot_doors_requests_and_errors_carry_its_name() -> None:
     errors = families["armory_request_errors"]
     assert [(s.labels["door"], s.value) for s in errors] == [("groot", 1.0)]
     assert [row.door for row in stats.robots] == ["groot"]
+
+
+def test_the_lerobot_doors_requests_errors_and_rows_carry_its_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A LeRobot robot's observation and its refused one (a joint missing) are counted
+    under door="lerobot", and its row and per-robot series are the LeRobot door's."""
+    install_upstream_classes(monkeypatch)
+    joints = [f"joint_{i}.pos" for i in range(6)]
+    cameras = {"front": (224, 224, 3), "wrist": (224, 224, 3)}
+    door = LeRobotDoorConfig(
+        port=0, allow_unsafe_pickle_on_untrusted_networks=True, actions_wait_s=0.3
+    ).door("127.0.0.1")
+    policy = make_mock(state_dim=len(joints))
+    server = ArmoryServer(policy, ServerConfig(max_batch_size=4), port=0, doors=[door])
+    with ServerThread(server) as thread, AsyncInferenceClient(server.doors[0].port) as robot:
+        robot.ready()
+        robot.send_instructions(instructions(robot_features(joints, cameras)))
+        raw = raw_observation(1, joints, cameras)
+        robot.send_observation(TimedObservation(1.0, 0, raw, must_go=True))
+        deadline_s = time.monotonic() + 10.0
+        while not (chunk := robot.get_actions()) and time.monotonic() < deadline_s:
+            pass
+        assert decode_actions(chunk)
+        broken = {k: v for k, v in raw.items() if k != "joint_3.pos"}
+        with pytest.raises(grpc.RpcError):
+            robot.send_observation(TimedObservation(2.0, 1, broken))
+        families = scrape(thread.port)
+        stats = thread.stats()
+    assert value(families["armory_requests"], "armory_requests_total", door="lerobot") == 1
+    errors = families["armory_request_errors"]
+    assert [(s.labels["door"], s.labels["kind"], s.value) for s in errors] == [
+        ("lerobot", "INVALID_ARGUMENT", 1.0)
+    ]
+    (row,) = stats.robots
+    assert (row.door, row.num_requests, row.num_replies, row.num_errors) == ("lerobot", 1, 1, 1)
+    per_robot = families["armory_robot_requests"]
+    assert value(per_robot, "armory_robot_requests_total", robot=row.robot) == 1

@@ -357,6 +357,7 @@ class LeRobotGrpcTransport(Transport):
                     context,
                     grpc.StatusCode.INVALID_ARGUMENT,
                     f"refused the policy instructions: {exc}",
+                    session=robot.session,
                 )
             try:
                 robot.instruct(
@@ -365,7 +366,7 @@ class LeRobotGrpcTransport(Transport):
                     allow_mismatched_policy=self.config.allow_mismatched_policy,
                 )
             except CallRefused as exc:
-                await self._refuse(context, exc)
+                await self._refuse(context, exc, session=robot.session)
             return pb.Empty()
 
     async def _observations(
@@ -375,22 +376,25 @@ class LeRobotGrpcTransport(Transport):
         await self._refuse_pickle_unless_allowed(context)
         robot = self._robot(context)
         with self.robots.calling(robot.peer, self.engine.clock):
-            payload = await self._read_payload(requests, context)
+            payload = await self._read_payload(requests, context, robot.session)
             received_s = self.engine.clock()
             try:
                 robot.check_instructed()
                 # Off the event loop: the unpickler's scan and build are bounded, not free.
                 obs = await asyncio.to_thread(decode_observation, payload)
             except CallRefused as exc:
-                await self._refuse(context, exc)
+                await self._refuse(context, exc, session=robot.session)
             except ValueError as exc:
                 await self._abort(
-                    context, grpc.StatusCode.INVALID_ARGUMENT, f"refused the observation: {exc}"
+                    context,
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"refused the observation: {exc}",
+                    session=robot.session,
                 )
             try:
                 robot.observe(obs, received_s)
             except CallRefused as exc:
-                await self._refuse(context, exc)
+                await self._refuse(context, exc, session=robot.session)
             if robot.task is None or robot.task.done():
                 robot.task = asyncio.ensure_future(self._serve(robot))
             return pb.Empty()
@@ -471,22 +475,29 @@ class LeRobotGrpcTransport(Transport):
     # ---- helpers -----------------------------------------------------------
 
     async def _read_payload(
-        self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
+        self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext, session: Session
     ) -> bytes:
+        """The observation's payload; a malformed or oversized stream fails the call,
+        counted against ``session``'s robot."""
         assembler = PayloadAssembler(max_bytes=self.config.max_payload_bytes)
         async for message in requests:
             try:
                 payload = assembler.add(message.transfer_state, message.data)
             except PayloadTooLarge as exc:
-                await self._abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+                await self._abort(
+                    context, grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc), session=session
+                )
             except ValueError as exc:
-                await self._abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                await self._abort(
+                    context, grpc.StatusCode.INVALID_ARGUMENT, str(exc), session=session
+                )
             if payload is not None:
                 return payload
         await self._abort(
             context,
             grpc.StatusCode.INVALID_ARGUMENT,
             "the observation stream ended before a TRANSFER_END message",
+            session=session,
         )
         raise AssertionError("unreachable")
 
@@ -496,11 +507,20 @@ class LeRobotGrpcTransport(Transport):
             await self._abort(context, grpc.StatusCode.FAILED_PRECONDITION, PICKLE_REFUSED)
 
     async def _refuse(
-        self, context: grpc.aio.ServicerContext, exc: CallRefused, *, counted: bool = False
+        self,
+        context: grpc.aio.ServicerContext,
+        exc: CallRefused,
+        *,
+        counted: bool = False,
+        session: Session | None = None,
     ) -> None:
         """Fail this call with the core's refusal (raises)."""
         await self._abort(
-            context, getattr(grpc.StatusCode, exc.status), exc.message, counted=counted
+            context,
+            getattr(grpc.StatusCode, exc.status),
+            exc.message,
+            counted=counted,
+            session=session,
         )
 
     async def _abort(
@@ -510,11 +530,13 @@ class LeRobotGrpcTransport(Transport):
         message: str,
         *,
         counted: bool = False,
+        session: Session | None = None,
     ) -> None:
         """Fail this call with ``code`` and ``message`` (raises); ``counted``: the engine's
-        error count already has it."""
+        error count already has it; ``session``: the robot whose row counts it (None: a
+        call refused before its robot is known)."""
         if not counted:
-            self.engine.count_error("lerobot", code.name)
+            self.engine.count_error("lerobot", code.name, session=session)
         logger.info("LeRobot call from %s failed: %s: %s", context.peer(), code.name, message)
         try:
             await context.abort(code, message)
