@@ -4,6 +4,7 @@ results.json with success, tickets and scenarios; clear errors before anything s
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -131,8 +132,11 @@ def test_an_out_of_envelope_scene_value_is_refused_before_start(
     assert not out.exists()
 
 
-def test_against_a_running_server_given_as_host_port(tmp_path: Path) -> None:
-    """--server HOST:PORT drives a server started elsewhere; results name it and its policy."""
+def test_against_a_running_server_given_as_host_port(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--server HOST:PORT drives a server started elsewhere; results name it and its policy;
+    the progress bar counts that server's forward passes, read from its /stats."""
     from armory.policies.expert import ExpertPolicyConfig
     from armory.serve import ArmoryServer, ServerThread
 
@@ -141,9 +145,12 @@ def test_against_a_running_server_given_as_host_port(tmp_path: Path) -> None:
     with ServerThread(server) as thread:
         port = thread.port
         argv = ["eval", "env:so101-pick", "--server", f"127.0.0.1:{port}"]
-        argv += ["--episodes", "1", "--episode-time-s", "1", "--out", str(out), "--no-progress"]
+        argv += ["--episodes", "1", "--episode-time-s", "1", "--out", str(out)]
         assert main(argv) == 0
-        assert thread.stats().num_requests > 0
+        stats = thread.stats()
+    assert stats.num_requests > 0
+    shown = re.findall(r"batches=(\d+)", capsys.readouterr().err)
+    assert shown and 0 < int(shown[-1]) <= stats.num_batches
     run = _results(out)["run"]
     assert run["server"] == f"ws://127.0.0.1:{port}"
     assert run["in_process_server"] is False and run["policy"] == "expert-so101-pick"
@@ -219,15 +226,20 @@ def test_groot_door_of_a_running_server_given_with_door_port(tmp_path: Path) -> 
     assert episode["num_requests"] > 0 and episode["num_request_errors"] == 0
 
 
-def test_execution_horizon_and_merge_rule_reach_the_robots(tmp_path: Path) -> None:
+def test_execution_horizon_and_merge_rule_reach_the_robots(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """--execution-horizon 4 keeps each robot's queue at 4 actions or fewer; the merge rule
-    and horizon are recorded; a horizon beyond the policy's chunk is refused."""
+    and horizon are recorded; a horizon beyond the policy's chunk is refused. The progress
+    bar counts the in-process server's forward passes."""
     out = tmp_path / "out"
     policy = ["policy:mock", "--policy.image-keys", "--policy.state-key", "observation.state"]
     policy += ["--policy.state-dim", "2", "--policy.action-dim", "2"]
     options = ["--episodes", "1", "--episode-time-s", "1", "--execution-horizon", "4"]
-    options += ["--merge-rule", "weighted_average", "--out", str(out), "--no-progress"]
+    options += ["--merge-rule", "weighted_average", "--out", str(out)]
     assert main(["eval", "env:pusht", *policy, *options]) == 0
+    shown = re.findall(r"batches=(\d+)", capsys.readouterr().err)
+    assert shown and int(shown[-1]) > 0
     results = _results(out)
     assert results["run"]["execution_horizon"] == 4
     assert results["run"]["merge_rule"] == "weighted_average"

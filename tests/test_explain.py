@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from armory.cli import main
-from armory.fleet.server_stats import StatsReading
 from armory.scheduling.just_in_time import RULES
 from armory.scheduling.registry import make_scheduler
+from armory.server_stats import StatsReading
 from armory.sim.fleet_family import generate_fleet
 from armory.sim.simulator import SimConfig, simulate
 

@@ -24,11 +24,11 @@ from armory.fleet import FleetError, FleetOptions, FleetProgress, run_fleet
 from armory.fleet.loopback import mock_policy_for, server_config_for
 from armory.fleet.observations import ObservationFactory
 from armory.fleet.runner import robot_tally, served_fleet
-from armory.fleet.server_stats import StatsReading, stats_url
 from armory.fleet_spec import DelaySpec, FleetSpec, RobotSpec, fleet_from_dict, load_fleet
 from armory.policies.base import Policy
 from armory.policies.mock import MockPolicyConfig
 from armory.scheduling.registry import make_scheduler
+from armory.server_stats import StatsReading, stats_url
 from armory.sim.simulator import SimConfig, simulate
 
 DELAY = {"median_s": 0.004, "jitter_s": 0.002}

@@ -26,8 +26,8 @@ LAYERS: tuple[frozenset[str], ...] = (
     # Pure decisions; a policy's worker process; fleet files.
     frozenset({"scheduling", "workers", "fleet_spec"}),
     # Policies; the metrics and report of a fleet run; the server's own metrics and logs;
-    # which replica serves each robot.
-    frozenset({"policies", "report", "observe", "placement"}),
+    # which replica serves each robot; a running server's /stats as its drivers read it.
+    frozenset({"policies", "report", "observe", "placement", "server_stats"}),
     frozenset({"engine"}),
     frozenset({"transports"}),
     frozenset({"serve"}),

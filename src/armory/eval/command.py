@@ -32,6 +32,7 @@ from armory.eval.so101 import So101PickConfig
 from armory.eval.variation import VariationConfig
 from armory.policies.config import PolicyConfig, make_policy
 from armory.policies.expert import ExpertPolicyConfig
+from armory.server_stats import batches_since_now
 from armory.transports.groot_config import GrootDoorConfig
 from armory.transports.lerobot_grpc import LeRobotDoorConfig
 
@@ -119,7 +120,9 @@ class Eval:
                 )
             info = {"in_process_server": False}
             door_port = self.door_port if self.door != "openpi" else None
-            return self._evaluate(_uri(self.server), api_key, info, None, door_port, None)
+            uri = _uri(self.server)
+            num_batches = batches_since_now(uri, api_key) if self.progress else None
+            return self._evaluate(uri, api_key, info, None, door_port, num_batches)
         from armory.serve import ArmoryServer, ServerThread
 
         policy_config = self._scaled_policy()
@@ -162,8 +165,8 @@ class Eval:
         door_port: int | None,
         num_batches: Callable[[], int] | None,
     ) -> int:
-        """``num_batches``: the in-process server's forward passes so far, for the progress
-        bar (None with --server)."""
+        """``num_batches``: the server's forward passes since the run started, for the
+        progress bar (None: a server without a readable ``/stats``)."""
         plan = EvalPlan(
             env=self.env,
             uri=uri,

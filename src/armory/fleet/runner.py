@@ -41,10 +41,10 @@ from armory.core.latency_profile import LatencyProfile
 from armory.fleet.link import FleetClient
 from armory.fleet.observations import ObservationFactory
 from armory.fleet.robot import SyntheticRobot
-from armory.fleet.server_stats import StatsReading, read_stats
 from armory.fleet.trace import FleetTrace
 from armory.fleet_spec import REQUEST_MODES, FleetSpec, RobotSpec
 from armory.report import RobotTally, SimReport, make_report, startup_s
+from armory.server_stats import StatsReading, read_stats
 
 logger = logging.getLogger(__name__)
 

@@ -1,9 +1,10 @@
-"""The server's own counters (``GET /stats``), read before and after a fleet run.
+"""A running server's own counters (``GET /stats``), read by the programs that drive it.
 
 A run's batch sizes and GPU busy time are the server's to know: the fleet runner
 reads an Armory server's ``/stats`` at both ends of the run and keeps the
-difference. A server without ``/stats`` (upstream openpi) gives None, and the
-report's batch metrics stay empty.
+difference, and ``armory eval --server`` reads it for its progress bar. A server
+without ``/stats`` (upstream openpi) gives None, and the report's batch metrics
+stay empty.
 """
 
 from __future__ import annotations
@@ -12,10 +13,13 @@ import asyncio
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 _TIMEOUT_S = 3.0
+MAX_STATS_BYTES = 1 << 20
+"""Largest ``/stats`` answer read (bytes)."""
 
 
 @dataclass(frozen=True)
@@ -84,16 +88,37 @@ def stats_url(ws_uri: str) -> str:
     return f"{http_scheme}://{rest.split('/', 1)[0]}/stats"
 
 
-async def read_stats(ws_uri: str, api_key: str | None) -> StatsReading | None:
-    """The server's counters, or None when it has no readable ``/stats``."""
+def fetch_stats(ws_uri: str, api_key: str | None) -> StatsReading | None:
+    """The server's counters, or None when it has no readable ``/stats`` (blocks up to a
+    few seconds)."""
     headers = {"Authorization": f"Api-Key {api_key}"} if api_key else {}
     request = urllib.request.Request(stats_url(ws_uri), headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=_TIMEOUT_S) as response:
+            return StatsReading.from_json(json.loads(response.read(MAX_STATS_BYTES)))
+    except (OSError, ValueError, KeyError, TypeError, urllib.error.URLError):
+        return None
 
-    def fetch() -> StatsReading | None:
-        try:
-            with urllib.request.urlopen(request, timeout=_TIMEOUT_S) as response:
-                return StatsReading.from_json(json.loads(response.read()))
-        except (OSError, ValueError, KeyError, TypeError, urllib.error.URLError):
-            return None
 
-    return await asyncio.to_thread(fetch)
+async def read_stats(ws_uri: str, api_key: str | None) -> StatsReading | None:
+    """:func:`fetch_stats` off the event loop."""
+    return await asyncio.to_thread(fetch_stats, ws_uri, api_key)
+
+
+def batches_since_now(ws_uri: str, api_key: str | None) -> Callable[[], int] | None:
+    """A counter of the server's forward passes from this call on, one ``/stats`` read per
+    call (the last count it read when a read fails); None when the server has no readable
+    ``/stats`` now."""
+    before = fetch_stats(ws_uri, api_key)
+    if before is None:
+        return None
+    last = 0
+
+    def num_batches() -> int:
+        nonlocal last
+        now = fetch_stats(ws_uri, api_key)
+        if now is not None:
+            last = sum(now.since(before)[0].values())
+        return last
+
+    return num_batches
