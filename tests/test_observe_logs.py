@@ -1,5 +1,5 @@
-"""The server's log lines: one per robot connect and disconnect, one per batch only with
---log-decisions, as text or JSON; none per request at the default level."""
+"""The server's log lines: one per robot connect, disconnect and refused request, one per
+batch only with --log-decisions, as text or JSON; none per request at the default level."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import signal
 from typing import Any
 
 import pytest
-from armory_client import PolicyClient, RobotState, attach
+from armory_client import PolicyClient, RobotState, ServerError, attach
 from server_harness import armory_serve, make_obs
 
 from armory.observe.logs import JsonFormatter
@@ -36,13 +36,17 @@ def run_robot(uri: str, name: str, num_requests: int) -> None:
             chunk_start, index = index, index + 4
 
 
-def serve_and_run(*options: str, num_requests: int = 3) -> list[str]:
-    """`armory serve OPTIONS` with one robot's requests; the server's log lines."""
+def serve_and_run(*options: str, num_requests: int = 3, refused: bool = False) -> list[str]:
+    """`armory serve OPTIONS` with one robot's requests (and, if ``refused``, a plain
+    client's request the server refuses); the server's log lines."""
     args = ["--port", "0", *options, *MOCK]
     with armory_serve(*args, announce_lines=2) as (proc, (_, door)):
         assert "/healthz, dashboard at http://127.0.0.1:" in door, door
         uri = door.split(" on ", 1)[1].split(" ", 1)[0]
         run_robot(uri, "arm-1", num_requests)
+        if refused:
+            with PolicyClient(uri) as client, pytest.raises(ServerError):
+                client.infer({"not an input": 1.0})
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=10)
         assert proc.returncode == 0, stderr
@@ -76,6 +80,16 @@ def test_text_default_has_no_line_per_request_or_batch() -> None:
     assert "connected through the openpi door" in robot_lines[0]
     assert "disconnected from the openpi door after 5 requests" in robot_lines[1]
     assert not any("armory.decisions" in line for line in lines)
+
+
+def test_a_refused_request_is_one_line_naming_its_robot() -> None:
+    """A request the server refuses is one line at the default level: the robot, its
+    address and the reason; the robot that was served has no such line."""
+    lines = serve_and_run(num_requests=2, refused=True)
+    refusals = [line for line in lines if "refused" in line]
+    assert len(refusals) == 1, lines
+    assert "request of conn-" in refusals[0] and "(127.0.0.1:" in refusals[0]
+    assert "lacks required input 'observation/image'" in refusals[0], refusals[0]
 
 
 def test_json_formatter_keeps_extras_and_exceptions() -> None:
