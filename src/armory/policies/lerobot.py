@@ -50,9 +50,9 @@ class LeRobotPolicyConfig:
     action_dim: int = 6
     """From scratch: values per action."""
     backbone: str | None = None
-    """From scratch, for the VLAs (smolvla, pi0, pi05): build the backbone locally instead of
-    fetching it from the hub: ``tiny`` (a reduced architecture for CPU tests) or ``full`` (the real
-    size); a tokenizer trained here, random weights (docs/policies.md)."""
+    """From scratch, for the VLAs (smolvla, pi0, pi05, groot): build the backbone locally instead
+    of fetching it from the hub: ``tiny`` (a reduced architecture for CPU tests) or ``full`` (the
+    real size); a tokenizer trained here, random weights (docs/policies.md)."""
     overrides: str = "{}"
     """LeRobot config fields to set, as a JSON object (e.g. '{"dim_model": 64}')."""
     seed: int = 0
@@ -67,7 +67,7 @@ class LeRobotPolicyConfig:
     python: str = ""
     """LeRobot's interpreter; empty: $ARMORY_LEROBOT_PYTHON, else scripts/lerobot-env.sh's."""
     noise: NoiseConfig = field(default_factory=NoiseConfig)
-    """Fixed noise for flow/diffusion policies (diffusion, pi0, pi05, smolvla)."""
+    """Fixed noise for flow/diffusion policies (diffusion, pi0, pi05, smolvla, groot)."""
     worker: WorkerOptions = field(default_factory=WorkerOptions)
     """Start-up timeout, watchdog and profiling of the worker."""
 

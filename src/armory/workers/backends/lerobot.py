@@ -17,7 +17,8 @@ One adapter for every policy type LeRobot's factory builds:
   nothing is fetched from the hub.
 - **Processors.** ``make_pre_post_processors``: the checkpoint's saved pipelines when
   it has ``policy_preprocessor.json``, else new ones from the config (no dataset
-  statistics: normalisation is the identity).
+  statistics: normalisation is the identity; GR00T's, which require statistics, get
+  min-max statistics of [-1, 1]).
 - **Inputs.** The config's ``input_features`` under their LeRobot names: a VISUAL
   feature ``observation.images.<camera>`` of shape (C, H, W) is declared as a uint8
   (H, W, C) image (what robots send) and becomes float (C, H, W) in [0, 1]; STATE
@@ -30,9 +31,10 @@ One adapter for every policy type LeRobot's factory builds:
   as LeRobot's ``select_action`` does on an episode's first step.
 - **Noise.** For types that take it (:data:`NOISE_SHAPES`) the server's fixed noise
   tile of the per-sample shape goes to ``predict_action_chunk(batch, noise=...)``,
-  the same tile for every sample of every batch. A configuration that fixed noise
-  cannot make reproducible (:func:`ticket_blockers`: a DDPM sampler, a compiled
-  model) refuses the noise at start-up, naming the setting to change.
+  the same tile for every sample of every batch; GR00T, which draws its noise inside
+  (:data:`DRAWN_NOISE_TYPES`), gets the tile in place of that draw. A configuration
+  that fixed noise cannot make reproducible (:func:`ticket_blockers`: a DDPM sampler,
+  a compiled model) refuses the noise at start-up, naming the setting to change.
 """
 
 from __future__ import annotations
@@ -66,6 +68,12 @@ NOISE_SHAPES: dict[str, Callable[[Any], tuple[int, int]]] = {
     "smolvla": lambda cfg: (cfg.chunk_size, cfg.max_action_dim),
 }
 """Per-sample noise shape of the types whose ``predict_action_chunk`` takes ``noise``."""
+DRAWN_NOISE_TYPES = frozenset({"groot"})
+"""Types that draw their noise with ``torch.randn`` inside ``predict_action_chunk`` (no
+noise argument): a fixed tile replaces that draw (:class:`reduced_groot.FixedNoise`)."""
+IDENTITY_STATS_TYPES = frozenset({"groot"})
+"""Types whose processors refuse to build without dataset statistics: from scratch they get
+min-max statistics of [-1, 1] (the identity)."""
 
 
 def _identity(policy_type: str, path: str | None, device: Any) -> dict[str, str]:
@@ -119,11 +127,14 @@ class LeRobotBackend(Backend):
         overrides = dict(overrides or {})
         if backbone and not type:
             raise ValueError("a local backbone is built only for --policy.type (random weights)")
-        if path:
-            self.policy, self.config, (self.pre, self.post) = _load(Path(path), device, overrides)
-        elif type:
-            torch.manual_seed(seed)
-            with contextlib.ExitStack() as stack:
+        # A local backbone's folder lives until the first batch: processors load lazily.
+        with contextlib.ExitStack() as stack:
+            if path:
+                self.policy, self.config, (self.pre, self.post) = _load(
+                    Path(path), device, overrides
+                )
+            elif type:
+                torch.manual_seed(seed)
                 if backbone:  # the user's overrides win over the local backbone's
                     folder = Path(stack.enter_context(tempfile.TemporaryDirectory()))
                     local = stack.enter_context(local_backbone(type, backbone, folder))
@@ -131,18 +142,22 @@ class LeRobotBackend(Backend):
                 self.policy, self.config, (self.pre, self.post) = _fresh(
                     type, cameras, image_size, state_dim, action_dim, device, overrides
                 )
-        else:
-            raise ValueError("give a checkpoint path or a policy type")
-        self.policy.eval()
-        self._inputs = _declared_inputs(self.config, task_key)
-        self._images = [key for key, spec in self._inputs.items() if spec["dtype"] == "uint8"]
-        self._vectors = [key for key, spec in self._inputs.items() if spec["dtype"] == "float32"]
-        self._history = (
-            int(getattr(self.config, "n_obs_steps", 1)) if self.config.type in HISTORY_TYPES else 0
-        )
-        self._noise: Any = None
-        self._noise_shape = self._find_noise_shape()
-        probe = self._predict([self._zeros()])  # the chunk's shape, and a first warm-up
+            else:
+                raise ValueError("give a checkpoint path or a policy type")
+            self.policy.eval()
+            self._inputs = _declared_inputs(self.config, task_key)
+            self._images = [key for key, spec in self._inputs.items() if spec["dtype"] == "uint8"]
+            self._vectors = [
+                key for key, spec in self._inputs.items() if spec["dtype"] == "float32"
+            ]
+            self._history = (
+                int(getattr(self.config, "n_obs_steps", 1))
+                if self.config.type in HISTORY_TYPES
+                else 0
+            )
+            self._noise: Any = None
+            self._noise_shape = self._find_noise_shape()
+            probe = self._predict([self._zeros()])  # the chunk's shape, and a first warm-up
         self._info = BackendInfo(
             name=f"lerobot-{self.config.type}",
             action_horizon=int(probe.shape[1]),
@@ -197,10 +212,19 @@ class LeRobotBackend(Backend):
                     value = batch[key].unsqueeze(1)
                     batch[key] = value.expand(-1, self._history, *value.shape[2:])
             kwargs = {}
-            if self._noise is not None:
+            drawn_noise: Any = contextlib.nullcontext()
+            if self._noise is not None and self.config.type in DRAWN_NOISE_TYPES:
+                drawn_noise = _fixed_draws(self._noise)
+            elif self._noise is not None:
                 size = len(observations)
                 kwargs["noise"] = self._noise.unsqueeze(0).expand(size, *self._noise.shape)
-            actions = self.policy.predict_action_chunk(batch, **kwargs)
+            with drawn_noise as fixed:
+                actions = self.policy.predict_action_chunk(batch, **kwargs)
+            if fixed is not None and fixed.used != 1:
+                raise RuntimeError(
+                    f"the {self.config.type} model drew its action noise {fixed.used} times "
+                    "(expected once): this LeRobot version is not the one Armory fixes noise for"
+                )
             actions = self.post(actions)
         return actions.to("cpu", torch.float32).numpy()
 
@@ -212,6 +236,10 @@ class LeRobotBackend(Backend):
         return out
 
     def _find_noise_shape(self) -> tuple[int, ...] | None:
+        if self.config.type in DRAWN_NOISE_TYPES:
+            from armory.workers.backends.reduced_groot import noise_shape
+
+            return noise_shape(self.policy)
         shape_of = NOISE_SHAPES.get(self.config.type)
         if shape_of is None:
             return None
@@ -249,6 +277,18 @@ def _smolvla_backbone(policy_type: str, size: str, folder: Path) -> Iterator[dic
     yield {"vlm_model_name": str(folder), "resize_imgs_with_padding": [side, side]}
 
 
+def _groot_backbone(policy_type: str, size: str, folder: Path) -> ContextManager[dict[str, Any]]:
+    from armory.workers.backends.reduced_groot import local_groot
+
+    return local_groot(policy_type, size, folder)
+
+
+def _fixed_draws(tile: Any) -> Any:
+    from armory.workers.backends.reduced_groot import FixedNoise
+
+    return FixedNoise(tile)
+
+
 def _pi_backbone(policy_type: str, size: str, folder: Path) -> ContextManager[dict[str, Any]]:
     from armory.workers.backends.reduced_pi import local_pi
 
@@ -259,6 +299,7 @@ LOCAL_BACKBONES: dict[str, Callable[[str, str, Path], ContextManager[dict[str, A
     "smolvla": _smolvla_backbone,
     "pi0": _pi_backbone,
     "pi05": _pi_backbone,
+    "groot": _groot_backbone,
 }
 """Types whose backbone Armory builds locally, and how."""
 
@@ -359,7 +400,15 @@ def _fresh(
     _configure(config, device, overrides)
     policy = get_policy_class(policy_type)(config=config)
     policy.to(device)
-    return policy, config, make_pre_post_processors(config)
+    if policy_type not in IDENTITY_STATS_TYPES:
+        return policy, config, make_pre_post_processors(config)
+    import torch
+
+    stats = {
+        key: {"min": torch.full((dim,), -1.0), "max": torch.ones(dim)}
+        for key, dim in ((STATE_FEATURE, state_dim), (ACTION_FEATURE, action_dim))
+    }
+    return policy, config, make_pre_post_processors(config, dataset_stats=stats)
 
 
 def _configure(config: Any, device: str, overrides: dict[str, Any]) -> None:

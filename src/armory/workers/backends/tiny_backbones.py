@@ -5,7 +5,8 @@ tokenizers); nothing here holds pretrained weights.
 
 ``python -m armory.workers.backends.tiny_backbones smolvlm DIR`` writes a SmolVLM
 folder (config.json, tokenizer, processor) that SmolVLA loads by path:
-``--policy.overrides '{"vlm_model_name": "DIR", ...}'`` (see docs/policies.md).
+``--policy.overrides '{"vlm_model_name": "DIR", ...}'`` (see docs/policies.md);
+``qwen3vl DIR`` a Qwen3-VL folder (GR00T N1.7's backbone: Cosmos-Reason2's architecture).
 """
 
 from __future__ import annotations
@@ -124,6 +125,21 @@ def local_tokenizer(**named_tokens: Any) -> Any:
     )
 
 
+def _dims(backbone: str, sizes: dict[str, dict[str, Any]], size: str) -> dict[str, Any]:
+    """The dimensions of ``backbone`` at ``size``; an unknown size names the valid ones."""
+    if size not in sizes:
+        raise ValueError(f"unknown {backbone} size {size!r}; valid: {', '.join(sizes)}")
+    return sizes[size]
+
+
+def _mark(folder: Path, backbone: str, size: str) -> Path:
+    """Record in ``folder`` which backbone and size it holds (and that it has no weights)."""
+    (folder / "armory-backbone.json").write_text(
+        json.dumps({"backbone": backbone, "size": size, "weights": "none"}) + "\n"
+    )
+    return folder
+
+
 def write_smolvlm(folder: Path, size: str = "tiny") -> Path:
     """Write a SmolVLM backbone folder (config, tokenizer, processor) of ``size``."""
     from transformers import (
@@ -133,9 +149,7 @@ def write_smolvlm(folder: Path, size: str = "tiny") -> Path:
         SmolVLMVideoProcessor,
     )
 
-    if size not in SIZES:
-        raise ValueError(f"unknown SmolVLM size {size!r}; valid: {', '.join(SIZES)}")
-    dims = SIZES[size]
+    dims = _dims("SmolVLM", SIZES, size)
     folder.mkdir(parents=True, exist_ok=True)
     tokenizer = local_tokenizer(
         eos_token="<end_of_utterance>",
@@ -169,13 +183,129 @@ def write_smolvlm(folder: Path, size: str = "tiny") -> Path:
         image_seq_len=image_seq_len,
     )
     processor.save_pretrained(folder)
-    (folder / "armory-backbone.json").write_text(
-        json.dumps({"backbone": "smolvlm", "size": size, "weights": "none"}) + "\n"
+    return _mark(folder, "smolvlm", size)
+
+
+QWEN3VL_SPECIAL = {
+    "image_token": "<|image_pad|>",
+    "video_token": "<|video_pad|>",
+    "vision_start_token": "<|vision_start|>",
+    "vision_end_token": "<|vision_end|>",
+}
+"""Qwen3-VL's vision tokens (the model config holds their ids)."""
+QWEN3VL_CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif content['type'] == 'text' %}{{ content['text'] }}{% endif %}"
+    "{% endfor %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+"""Qwen's chat layout for user turns of images and text (what GR00T's processor renders)."""
+QWEN3VL_TINY = {
+    "text": {
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "max_position_embeddings": 4096,
+        "rope_scaling": {
+            "mrope_interleaved": True,
+            "mrope_section": [4, 2, 2],
+            "rope_type": "default",
+        },
+    },
+    "vision": {
+        "depth": 2,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_heads": 2,
+        "out_hidden_size": 64,
+        "num_position_embeddings": 256,
+        "deepstack_visual_indexes": [0],
+    },
+}
+"""The reduced Qwen3-VL: a 2-layer text model of width 64 (multimodal RoPE over 16-wide
+heads), a 2-layer vision tower of width 32 with one deepstack layer."""
+QWEN3VL_FULL = {
+    "text": {
+        "hidden_size": 2048,
+        "intermediate_size": 6144,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "max_position_embeddings": 262144,
+        "rope_scaling": {
+            "mrope_interleaved": True,
+            "mrope_section": [24, 20, 20],
+            "rope_type": "default",
+        },
+    },
+    "vision": {
+        "depth": 24,
+        "hidden_size": 1024,
+        "intermediate_size": 4096,
+        "num_heads": 16,
+        "out_hidden_size": 2048,
+        "num_position_embeddings": 2304,
+        "deepstack_visual_indexes": [5, 11, 17],
+    },
+}
+"""Cosmos-Reason2-2B's architecture (GR00T N1.7's backbone, a Qwen3-VL-2B layout), with this
+folder's small vocabulary."""
+QWEN3VL_SIZES = {"tiny": QWEN3VL_TINY, "full": QWEN3VL_FULL}
+
+
+def write_qwen3vl(folder: Path, size: str = "tiny") -> Path:
+    """Write a Qwen3-VL backbone folder (config, tokenizer with chat template, image and
+    video processors) of ``size``."""
+    from transformers import Qwen2VLImageProcessor, Qwen3VLConfig, Qwen3VLVideoProcessor
+
+    dims = _dims("Qwen3-VL", QWEN3VL_SIZES, size)
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = local_tokenizer(
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        extra_special_tokens=dict(QWEN3VL_SPECIAL),
     )
-    return folder
+    tokenizer.add_special_tokens({"additional_special_tokens": list(QWEN3VL_SPECIAL.values())})
+    tokenizer.chat_template = QWEN3VL_CHAT_TEMPLATE
+    tokenizer.save_pretrained(folder)
+    token_ids = {
+        f"{name}_id": tokenizer.convert_tokens_to_ids(token)
+        for name, token in QWEN3VL_SPECIAL.items()
+    }
+    patches = {"patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2}
+    config = Qwen3VLConfig(
+        **token_ids,
+        tie_word_embeddings=True,
+        text_config={
+            "model_type": "qwen3_vl_text",
+            "vocab_size": len(tokenizer),
+            "rms_norm_eps": 1e-6,
+            "rope_theta": 5000000,
+            "tie_word_embeddings": True,
+            **dims["text"],
+        },
+        vision_config={
+            "model_type": "qwen3_vl",
+            "hidden_act": "gelu_pytorch_tanh",
+            "in_channels": 3,
+            **patches,
+            **dims["vision"],
+        },
+    )
+    config.save_pretrained(folder)
+    merge = {"patch_size": 16, "merge_size": 2, "temporal_patch_size": 2}
+    Qwen2VLImageProcessor(**merge).save_pretrained(folder)
+    Qwen3VLVideoProcessor(**merge).save_pretrained(folder)
+    return _mark(folder, "qwen3vl", size)
 
 
-BUILDERS = {"smolvlm": write_smolvlm}
+BUILDERS = {"smolvlm": write_smolvlm, "qwen3vl": write_qwen3vl}
 """Backbone folders this module writes, by name."""
 
 
