@@ -58,10 +58,8 @@ def test_the_random_weights_act_example_serves() -> None:
 def test_the_offline_vla_example_serves() -> None:
     """The doc's pi0.5 example with a locally built tiny backbone builds offline and
     returns chunks of its chunk_size."""
-    if not has_vla_extras():
-        pytest.skip(
-            "LeRobot's environment lacks lerobot[pi,smolvla]: rebuild scripts/lerobot-env.sh"
-        )
+    if not has_vla_extras("pi05"):
+        pytest.skip("LeRobot's environment lacks lerobot[pi]: rebuild scripts/lerobot-env.sh")
     (command,) = [c for c in doc_commands() if "--policy.backbone" in c]
     config = parse(command)
     config = dataclasses.replace(config, python=PYTHON, worker=WorkerOptions(start_timeout_s=300.0))
