@@ -207,3 +207,19 @@ def test_pushing_without_a_token_fails_clearly_and_keeps_the_dataset(tmp_path: P
         with pytest.raises(RuntimeError, match="no Hugging Face token"):
             write_dataset(config, staging, fps=10)
     assert (tmp_path / "dataset" / "meta" / "info.json").exists()
+
+
+def test_slashed_entry_names_become_dotted_feature_names_and_clashes_are_refused() -> None:
+    """LeRobot refuses '/' in feature names: openpi's ``observation/image`` is written as
+    ``observation.image``; two entries that would share a feature name exit naming both."""
+    from armory.eval.lerobot_writer import feature_names
+
+    keys = ["observation/image", "observation/state", "action"]
+    assert feature_names(keys) == {
+        "observation/image": "observation.image",
+        "observation/state": "observation.state",
+        "action": "action",
+    }
+    with pytest.raises(SystemExit) as refused:
+        feature_names(["observation.state", "observation/state"])
+    assert "'observation.state' and 'observation/state'" in str(refused.value)

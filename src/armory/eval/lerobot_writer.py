@@ -11,7 +11,9 @@ entry, one row per environment step, as the robot saw and executed them) and
 ``episode_NNNNNN.json`` (the episode's record: success, scenario, ticket, policy,
 server, scheduler, starvation, latency). Episodes are written in order with
 ``LeRobotDataset.create``, ``add_frame``, ``save_episode`` and ``finalize``; the
-records go to ``meta/armory_episodes.jsonl`` beside LeRobot's own metadata. With
+records go to ``meta/armory_episodes.jsonl`` beside LeRobot's own metadata. LeRobot
+refuses '/' in feature names, so an entry named with slashes (openpi's LIBERO
+``observation/image``) is written with dots (``observation.image``). With
 ``--push`` the dataset is pushed to the hub as REPO_ID (needs a token and network;
 the error says which is missing).
 """
@@ -29,8 +31,25 @@ ACTION_KEY = "action"
 EPISODES_FILE = "meta/armory_episodes.jsonl"
 
 
+def feature_names(keys: list[str]) -> dict[str, str]:
+    """Each staged key's LeRobot feature name: '/' becomes '.'; two keys that would share
+    a name exit naming both."""
+    names: dict[str, str] = {}
+    for key in keys:
+        name = key.replace("/", ".")
+        taken = [other for other, given in names.items() if given == name]
+        if taken:
+            raise SystemExit(
+                f"lerobot_writer: entries {taken[0]!r} and {key!r} would both be "
+                f"feature {name!r} (LeRobot refuses '/' in feature names)"
+            )
+        names[key] = name
+    return names
+
+
 def _features(arrays: dict[str, np.ndarray]) -> dict[str, dict]:
-    """LeRobot features of one staged episode's arrays (images: uint8 with 3 dims)."""
+    """LeRobot features of one staged episode's arrays (images: uint8 with 3 dims),
+    already under their feature names."""
     features = {}
     for key, array in arrays.items():
         shape = tuple(int(d) for d in array.shape[1:])
@@ -50,7 +69,8 @@ def write(staging: Path, root: Path, fps: int, repo_id: str) -> object:
     if not episodes:
         raise SystemExit(f"lerobot_writer: no episode_*.npz in {staging}")
     with np.load(episodes[0], allow_pickle=False) as first:
-        features = _features({k: first[k] for k in first.files})
+        names = feature_names(list(first.files))
+        features = _features({names[k]: first[k] for k in first.files})
     dataset = LeRobotDataset.create(
         repo_id=repo_id, fps=fps, features=features, root=root, use_videos=False
     )
@@ -58,7 +78,7 @@ def write(staging: Path, root: Path, fps: int, repo_id: str) -> object:
     for path in episodes:
         record = json.loads(path.with_suffix(".json").read_text())
         with np.load(path, allow_pickle=False) as staged:
-            arrays = {k: staged[k] for k in staged.files}
+            arrays = {names[k]: staged[k] for k in staged.files}
         for step in range(len(arrays[ACTION_KEY])):
             frame = {
                 key: value[step]
