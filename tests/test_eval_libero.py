@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +33,7 @@ from armory.eval.robot_process import EnvRobot
 from armory.eval.variation import Scenario, VariationConfig, load_axes, scenario
 from armory.policies.noise import NoiseConfig, make_noise
 
+LEROBOT_PYTHON = os.environ.get("ARMORY_LEROBOT_PYTHON", "")
 RENDER_SIZE = 64
 SETTLE_STEPS = 2
 STREAM = np.asarray(
@@ -167,3 +170,72 @@ def test_armory_eval_runs_libero_with_a_served_policy_and_variation(tmp_path: Pa
         assert episode["scenario"]["not_applied"] == []
     offsets = {e["scenario"]["values"]["object.offset_x"]["value"] for e in episodes}
     assert len(offsets) == 2  # each episode its own scene
+
+
+READ_BACK = """
+    import json, sys
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    dataset = LeRobotDataset("armory/eval", root=sys.argv[1])
+    frame = dataset[0]
+    print(json.dumps({
+        "num_frames": len(dataset),
+        "shapes": {k: list(v.shape) for k, v in frame.items() if hasattr(v, "shape")},
+        "task": frame["task"],
+    }))
+"""
+
+
+@pytest.mark.skipif(
+    not (LEROBOT_PYTHON and Path(LEROBOT_PYTHON).exists()),
+    reason="ARMORY_LEROBOT_PYTHON is unset or missing (build it with scripts/lerobot-env.sh)",
+)
+@pytest.mark.parametrize(
+    ("mapping", "images", "state"),
+    [
+        ("lerobot", LEROBOT_KEYS[:2], LEROBOT_KEYS[2]),
+        # LeRobot refuses '/' in feature names: openpi's entries are written with dots.
+        ("openpi", ("observation.image", "observation.wrist_image"), "observation.state"),
+    ],
+)
+def test_a_recorded_episode_reads_back_as_a_lerobot_dataset(
+    env: LiberoEnv, tmp_path: Path, mapping: str, images: tuple[str, ...], state: str
+) -> None:
+    """--record.dir writes the LIBERO episode under the mapping's names: both cameras as
+    images at the declared size, the 8-value state, the 7-value action and the task;
+    LeRobot's own LeRobotDataset reads it back."""
+    root = tmp_path / "dataset"
+    libero = ["env:libero", "--env.mapping", mapping, "--env.render-size", str(RENDER_SIZE)]
+    libero += ["--env.image-size", str(RENDER_SIZE), "--env.settle-steps", "1"]
+    policy = ["policy:mock"]
+    if mapping == "lerobot":
+        policy += ["--policy.image-keys", *LEROBOT_KEYS[:2], "--policy.state-key", state]
+        policy += ["--policy.image-shape", str(RENDER_SIZE), str(RENDER_SIZE), "3"]
+        policy += ["--policy.state-dim", "8", "--policy.action-dim", "7"]
+    options = ["--episodes", "1", "--episode-time-s", "0.2", "--record.dir", str(root)]
+    options += ["--record.lerobot-python", LEROBOT_PYTHON, "--out", str(tmp_path / "out")]
+    assert main(["eval", *libero, *policy, *options, "--no-progress"]) == 0
+
+    info = json.loads((root / "meta" / "info.json").read_text())
+    features = info["features"]
+    assert info["total_frames"] == 4 and info["total_episodes"] == 1
+    for key in images:
+        assert features[key]["dtype"] == "image"
+        assert features[key]["shape"] == [RENDER_SIZE, RENDER_SIZE, 3]
+    assert features[state]["shape"] == [8] and features["action"]["shape"] == [7]
+    assert not any("/" in key for key in features)
+    done = subprocess.run(
+        [LEROBOT_PYTHON, "-c", textwrap.dedent(READ_BACK), str(root)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    read = json.loads(done.stdout.strip().splitlines()[-1])
+    assert read["num_frames"] == 4
+    shapes = read["shapes"]
+    assert all(shapes[key] == [3, RENDER_SIZE, RENDER_SIZE] for key in images)
+    assert shapes[state] == [8] and shapes["action"] == [7]
+    assert read["task"] == env.task and "bowl" in env.task  # the same suite's task 0
