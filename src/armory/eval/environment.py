@@ -19,6 +19,10 @@ import numpy as np
 
 from armory.eval.variation import Scenario
 
+PRIVILEGED_PREFIX = "privileged/"
+"""Observation entries under this prefix are ground truth for scripted experts, never
+sent to a learned policy's door or recorded as a feature."""
+
 
 @dataclass(frozen=True)
 class StepResult:

@@ -21,10 +21,10 @@ import numpy as np
 from armory_client import ConnectTimeout, RequestTimeout, ServerError, detach
 from armory_client.wire.codec import unpackb
 
+from armory.eval.environment import PRIVILEGED_PREFIX
 from armory.eval.mapping import MappingError
 from armory.transports.groot_protocol import encode_reply
 
-PRIVILEGED_PREFIX = "privileged/"
 LANGUAGE_STREAM = "annotation.human.task_description"
 
 

@@ -23,9 +23,10 @@ from typing import Any
 
 import numpy as np
 
+from armory.eval.environment import PRIVILEGED_PREFIX
+
 LEROBOT_PYTHON_ENV = "ARMORY_LEROBOT_PYTHON"
 WRITER = Path(__file__).with_name("lerobot_writer.py")
-PRIVILEGED_PREFIX = "privileged/"
 TEXT_KEY = "task"
 _WRITE_TIMEOUT_S = 1800
 
