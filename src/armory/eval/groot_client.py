@@ -23,9 +23,8 @@ from armory_client.wire.codec import unpackb
 
 from armory.eval.environment import PRIVILEGED_PREFIX
 from armory.eval.mapping import MappingError
+from armory.transports.groot_adapter import LANGUAGE_KEY
 from armory.transports.groot_protocol import encode_reply
-
-LANGUAGE_STREAM = "annotation.human.task_description"
 
 
 def stream_name(key: str) -> str:
@@ -42,7 +41,7 @@ def to_groot(obs: Mapping[str, Any]) -> dict[str, Any]:
         if key.startswith(PRIVILEGED_PREFIX):
             continue
         if isinstance(value, str):
-            language[LANGUAGE_STREAM] = [[value]]
+            language[LANGUAGE_KEY] = [[value]]
             continue
         array = np.asarray(value)
         if array.dtype == np.uint8 and array.ndim == 3:
