@@ -229,8 +229,9 @@ def _door_client(job: RobotJob, robot: EnvRobot) -> Any:
         "connect_timeout_s": plan.connect_timeout_s,
         "request_timeout_s": plan.request_timeout_s,
     }
-    if plan.door == "openpi" or plan.door_port is None:
+    if plan.door == "openpi":
         return AsyncPolicyClient(plan.uri, None, api_key=plan.api_key, **timeouts)
+    assert plan.door_port is not None  # EvalPlan refuses another door without its port
     host = urlsplit(plan.uri).hostname or "127.0.0.1"
     if plan.door == "groot":
         return GrootInferClient(host, plan.door_port, api_token=plan.api_key, **timeouts)
