@@ -5,8 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 
 from armory.eval.environment import Environment, ResetResult, StepResult
+from armory.eval.plan import EvalPlan
+from armory.eval.pusht import PushTConfig
 from armory.eval.robot_process import EnvRobot
 from armory.eval.variation import Scenario
 
@@ -58,3 +61,14 @@ def test_env_robot_sends_only_declared_inputs_under_their_mapped_names() -> None
         max_steps=3,
     )
     assert list(robot.get_observation()) == ["state"]
+
+
+@pytest.mark.parametrize(
+    ("field", "message"),
+    [("request_mode", "unknown request mode 'sometimes'"), ("merge_rule", "unknown merge rule")],
+)
+def test_plan_refuses_an_unknown_request_mode_or_merge_rule(field: str, message: str) -> None:
+    """A plan made without the command line is checked too, before any robot starts."""
+    plan = {"uri": "ws://127.0.0.1:1", "num_robots": 1, "num_episodes": 1, "seed": 0}
+    with pytest.raises(ValueError, match=message):
+        EvalPlan(env=PushTConfig(), episode_time_s=1.0, **plan, **{field: "sometimes"})

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from armory_client import MERGE_RULES
+from armory_client import MERGE_RULES, REQUEST_MODES
 
 from armory.eval.environment import EnvConfig
 from armory.eval.recording import RecordConfig
@@ -64,6 +64,10 @@ class EvalPlan:
         if not 0 <= self.action_delay_ticks <= 100:
             raise ValueError(
                 f"--action-delay-ticks must be in 0..100, got {self.action_delay_ticks}"
+            )
+        if self.request_mode not in REQUEST_MODES:
+            raise ValueError(
+                f"unknown request mode {self.request_mode!r}; valid: {', '.join(REQUEST_MODES)}"
             )
         if self.merge_rule not in MERGE_RULES:
             raise ValueError(
