@@ -12,6 +12,7 @@ from armory_client import AsyncPolicyClient, PolicyClient
 from server_harness import make_mock, make_obs
 
 from armory.cluster.front_door import FrontDoor
+from armory.cluster.health import learned_profile
 from armory.cluster.placement_request import parse_placement_request
 from armory.cluster.replica_table import ReplicaAddress, ReplicaTable
 from armory.cluster.supervisor import Supervisor, SupervisorConfig
@@ -180,3 +181,28 @@ def test_cluster_cli_refuses_bad_options(capsys: pytest.CaptureFixture[str]) -> 
     assert "valid names: random" in capsys.readouterr().err
     assert main(["cluster", "--replicas", "0"]) == 2
     assert "--replicas must be >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "points",
+    [
+        '{"1": 0.05, "1000000000000": 9.0}',
+        '{"1": Infinity}',
+        '{"0": 0.05}',
+        '{"1": -0.05}',
+        "[1, 2]",
+        "{}",
+    ],
+)
+def test_a_replica_reporting_an_unusable_latency_is_alive_without_a_profile(points: str) -> None:
+    """A /stats body whose learned latency has an absurd batch size, non-finite, zero or
+    negative values or the wrong shape gives no profile (nothing is built from it)."""
+    body = f'{{"latency_points_s": {points}}}'.encode()
+    assert learned_profile(body, max_batch_size=4) is None
+
+
+def test_a_replica_reported_latency_becomes_its_profile() -> None:
+    """Learned points read back as the replica's latency per batch size, 1 to the max."""
+    profile = learned_profile(b'{"latency_points_s": {"1": 0.05, "2": 0.06}}', max_batch_size=3)
+    assert profile is not None
+    assert profile.latency_table_s == pytest.approx((0.05, 0.06, 0.07))

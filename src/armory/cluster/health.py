@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from dataclasses import dataclass
 
 from armory.core.latency_profile import LatencyProfile
@@ -17,6 +18,9 @@ from armory.transports import http
 
 MAX_STATS_BYTES = 1 << 20
 """Largest /stats answer read (bytes)."""
+MAX_REPORTED_BATCH_SIZE = 1 << 16
+"""Largest batch size of a replica's learned latency that is read: a profile builds a
+table up to its largest point, so a larger one is ignored rather than built."""
 
 
 @dataclass(frozen=True)
@@ -57,9 +61,21 @@ async def probe_replica(
     head, _, body = raw.partition(b"\r\n\r\n")
     if not head.startswith(b"HTTP/1.1 200"):
         return Probe(alive=False)
+    return Probe(alive=True, profile=learned_profile(body, max_batch_size))
+
+
+def learned_profile(body: bytes, max_batch_size: int) -> ReplicaProfile | None:
+    """The latency a replica's ``/stats`` body reports, up to ``max_batch_size``; None when
+    it reports none, or points that are not batch sizes of 1 to
+    :data:`MAX_REPORTED_BATCH_SIZE` with finite positive seconds."""
     try:
-        points = json.loads(body)["latency_points_s"]
-        table = LatencyProfile({int(b): float(s) for b, s in points.items()}).table(max_batch_size)
-    except (ValueError, KeyError, TypeError):
-        return Probe(alive=True)
-    return Probe(alive=True, profile=ReplicaProfile(tuple(float(x) for x in table[1:])))
+        points = {int(b): float(s) for b, s in json.loads(body)["latency_points_s"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if not all(1 <= b <= MAX_REPORTED_BATCH_SIZE and math.isfinite(s) for b, s in points.items()):
+        return None
+    try:
+        table = LatencyProfile(points).table(max_batch_size)
+    except ValueError:  # no points, or seconds <= 0
+        return None
+    return ReplicaProfile(tuple(float(x) for x in table[1:]))
