@@ -63,7 +63,6 @@ class FrontDoor:
         self._server: Server | None = None
         self._anonymous: deque[str] = deque()
         self._num_anonymous = 0
-        self.num_redirects = 0
         for slot, held in enumerate(table.slots):
             if held is None:
                 placement.fail(slot)
@@ -199,7 +198,6 @@ class FrontDoor:
         if path == PLACE_PATH:
             body = {"slot": slot, "replica_id": address.replica_id, "doors": doors}
             return HTTPStatus.OK, json.dumps(body) + "\n", None
-        self.num_redirects += 1
         return (
             HTTPStatus.TEMPORARY_REDIRECT,
             f"robot served at {doors['openpi']}\n",
