@@ -253,9 +253,10 @@ def _check_value(key: str, value: Any, spec: InputSpec) -> None:
         raise ObservationError(
             f"observation input {key!r}: holds NaN or inf values; every value must be finite"
         )
-    if received != expected and value.size:
-        # Converted to the declared dtype: a value beyond its range would become inf.
-        largest = float(np.abs(value, dtype=np.float64).max())
+    if value.size and not np.can_cast(received, expected, "safe"):
+        # Converted to the declared dtype: a value beyond its range would become inf (a
+        # safe cast, e.g. of uint8 images to float32, cannot overflow: not checked).
+        largest = max(abs(float(value.max())), abs(float(value.min())))
         limit = float(np.finfo(expected).max)
         if largest > limit:
             raise ObservationError(
