@@ -14,10 +14,9 @@ from dataclasses import dataclass
 
 from armory.core.latency_profile import LatencyProfile
 from armory.placement.base import ReplicaProfile
+from armory.server_stats import MAX_STATS_BYTES
 from armory.transports import http
 
-MAX_STATS_BYTES = 1 << 20
-"""Largest /stats answer read (bytes)."""
 MAX_REPORTED_BATCH_SIZE = 1 << 16
 """Largest batch size of a replica's learned latency that is read: a profile builds a
 table up to its largest point, so a larger one is ignored rather than built."""
