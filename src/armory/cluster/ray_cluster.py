@@ -325,7 +325,12 @@ class ClusterRunner:
         return self._call(read())
 
     def listing_num_up(self) -> int:
-        return sum(entry["replica_id"] is not None for entry in self.listing())
+        """Replicas up, as the front door knows them (:attr:`ReplicaTable.num_up`)."""
+
+        async def read() -> int:
+            return self.door.table.num_up if self.door else 0
+
+        return self._call(read())
 
     def addresses(self) -> list[ReplicaAddress | None]:
         """Each slot's replica, as the front door knows it."""
