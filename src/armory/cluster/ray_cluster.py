@@ -155,9 +155,6 @@ class ArmoryReplica:
             raise RuntimeError("the replica's server thread has stopped")
         self._thread.stats()  # read on the server's loop: raises TimeoutError when hung
 
-    def get_address(self) -> ReplicaAddress:
-        return self.address
-
     def __del__(self) -> None:
         thread = getattr(self, "_thread", None)
         if thread is not None:
