@@ -21,10 +21,7 @@ import numpy as np
 
 from armory.placement.base import ReplicaProfile, RobotDemand
 from armory.scheduling.fluid import solve_fluid
-
-GPU_COST = 1e-3
-"""Weight of a GPU second against an action in the program (as the scheduler's mix):
-small, so that the optimum serves every robot it can and then saves GPU time."""
+from armory.scheduling.fluid_mix import GPU_COST
 
 _MEMO_SIZE = 65_536
 

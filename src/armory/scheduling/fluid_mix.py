@@ -34,6 +34,10 @@ LINK_STEP_RATIO = 1.25
 TABLE_STEP = 0.005
 """The latency table is taken in relative steps of this size (on a log scale)."""
 
+GPU_COST = 1e-3
+"""Weight of a GPU second against an action in the fluid program: small, so that the
+optimum serves every robot it can and then saves GPU time (placement's load too)."""
+
 _MEMO_SIZE = 256
 
 
@@ -119,7 +123,7 @@ def _solve(
             latency_s,
             weight=weight,
             count=np.array(counts, dtype=np.float64),
-            gpu_cost=1e-3,
+            gpu_cost=GPU_COST,
             expected_ticks=expected,
         )
         for expected in (False, True)
