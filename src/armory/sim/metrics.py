@@ -53,10 +53,14 @@ def robot_tallies(sim: Simulator, end_s: float) -> list[RobotTally]:
 
 def decision_timing(sim: Simulator) -> dict[str, float]:
     """Wall-clock measurements of a simulation's decisions."""
+    return timing_of(sim.num_decisions, sim.decision_s, sim.decision_cpu_s)
+
+
+def timing_of(num_decisions: int, decision_s: float, decision_cpu_s: float) -> dict[str, float]:
+    """The report's decision timing from total decisions and their total seconds (of one
+    simulation, or summed over several)."""
     return {
-        "num_decisions": float(sim.num_decisions),
-        "mean_decision_us": 1e6 * sim.decision_s / sim.num_decisions if sim.num_decisions else 0.0,
-        "mean_decision_cpu_us": (
-            1e6 * sim.decision_cpu_s / sim.num_decisions if sim.num_decisions else 0.0
-        ),
+        "num_decisions": float(num_decisions),
+        "mean_decision_us": 1e6 * decision_s / num_decisions if num_decisions else 0.0,
+        "mean_decision_cpu_us": 1e6 * decision_cpu_s / num_decisions if num_decisions else 0.0,
     }

@@ -24,7 +24,7 @@ from armory.placement.registry import make_placement
 from armory.report import SimReport, make_report
 from armory.scheduling.config import SchedulerConfig
 from armory.scheduling.registry import make_scheduler
-from armory.sim.metrics import decision_timing, robot_tallies
+from armory.sim.metrics import robot_tallies, timing_of
 from armory.sim.simulator import SimConfig, Simulator
 
 
@@ -116,7 +116,8 @@ def simulate_gpus(
     gpus = []
     batch_sizes: Counter[int] = Counter()
     rules: Counter[str] = Counter()
-    busy_s = decision_us = decision_cpu_us = num_decisions = 0.0
+    busy_s = decision_s = decision_cpu_s = 0.0
+    num_decisions = 0
     for replica, robots in enumerate(placed):
         if not robots:
             gpus.append(GpuSummary(0, 0.0, 0.0, 0.0))
@@ -133,10 +134,9 @@ def simulate_gpus(
         batch_sizes.update(sim.batch_sizes)
         rules.update(sim.decisions_by_rule)
         busy_s += sim.gpu_busy_s
-        timing = decision_timing(sim)
-        num_decisions += timing["num_decisions"]
-        decision_us += timing["mean_decision_us"] * timing["num_decisions"]
-        decision_cpu_us += timing["mean_decision_cpu_us"] * timing["num_decisions"]
+        num_decisions += sim.num_decisions
+        decision_s += sim.decision_s
+        decision_cpu_s += sim.decision_cpu_s
         counted = sum(t.counted_ticks for t in replica_tallies)
         starved = sum(t.starved_ticks for t in replica_tallies)
         gpus.append(
@@ -158,11 +158,7 @@ def simulate_gpus(
         fleet=fleet.name,
         seed=config.seed,
         request_mode=fleet.request_mode,
-        timing={
-            "num_decisions": num_decisions,
-            "mean_decision_us": decision_us / num_decisions if num_decisions else 0.0,
-            "mean_decision_cpu_us": decision_cpu_us / num_decisions if num_decisions else 0.0,
-        },
+        timing=timing_of(num_decisions, decision_s, decision_cpu_s),
         decisions_by_rule=rules,
     )
     return MultiGpuReport(
