@@ -55,6 +55,8 @@ def test_parse_reads_name_door_and_demand() -> None:
         ("/?robot=" + "x" * 200, "robot name"),
         ("/?door=ros", "door must be"),
         ("/?control_hz=nan", "finite"),
+        ("/?control_hz=1e12", "control_hz must be <= 10000"),
+        ("/?weight=1e300", "weight must be <= 1e"),
     ],
 )
 def test_parse_refuses_bad_queries_naming_the_parameter(target: str, message: str) -> None:

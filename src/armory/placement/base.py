@@ -16,6 +16,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
+from armory_client.wire.queue_state import (
+    MAX_CONTROL_HZ,
+    MAX_DURATION_S,
+    MAX_EXECUTION_HORIZON,
+    MAX_WEIGHT,
+)
+
 
 @dataclass(frozen=True)
 class RobotDemand:
@@ -41,6 +48,16 @@ class RobotDemand:
             raise ValueError(f"round_trip_s must be >= 0, got {self.round_trip_s}")
         if not self.weight > 0:
             raise ValueError(f"weight must be > 0, got {self.weight}")
+        # The wire's own upper bounds: a placement request comes from the network, and
+        # one absurd demand must not skew the fluid program other robots are placed by.
+        for name, value, most in (
+            ("control_hz", self.control_hz, MAX_CONTROL_HZ),
+            ("max_execution_horizon", self.max_execution_horizon, MAX_EXECUTION_HORIZON),
+            ("round_trip_s", self.round_trip_s, MAX_DURATION_S),
+            ("weight", self.weight, MAX_WEIGHT),
+        ):
+            if not value <= most:
+                raise ValueError(f"{name} must be <= {most:g}, got {value}")
 
 
 @dataclass(frozen=True)
