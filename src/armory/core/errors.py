@@ -21,6 +21,9 @@ import re
 MAX_MESSAGE_CHARS = 1000
 """Longest error text sent to a robot (a longer one is cut, marked with "...")."""
 
+INTERNAL_ERROR = "internal server error; the server log has the details"
+"""What every door tells a robot whose request failed inside the server (not its fault)."""
+
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 

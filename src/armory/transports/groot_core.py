@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from armory.core.errors import INTERNAL_ERROR as INTERNAL
 from armory.core.errors import ObservationError, RequestError, SessionClosed
 from armory.engine.server_engine import Reply, ServerEngine
 from armory.engine.session import Session
@@ -44,7 +45,6 @@ BUSY = (
     "send one request at a time"
 )
 """Error of a request past the door's limit of requests in progress."""
-INTERNAL = "internal server error; the server log has the details"
 SESSION_CLOSED = "the session was closed; send the request again"
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from armory_client.wire import ARMORY_KEY, RobotState
 
+from armory.core.errors import INTERNAL_ERROR as INTERNAL
 from armory.core.errors import ObservationError, QueueStateError, RequestError, ServerClosing
 from armory.engine.server_engine import Reply
 from armory.engine.session import Session
@@ -40,7 +41,6 @@ from armory.transports.lerobot_protocol import (
 logger = logging.getLogger("armory.transports.lerobot_grpc")
 """The door's logger: its lines keep the name they are filtered by."""
 
-INTERNAL = "internal server error; the server log has the details"
 ALLOW_MISMATCH = "(or the operator allows it with --lerobot.allow-mismatched-policy)"
 """How a refused robot is told that the operator can serve it anyway."""
 NO_INSTRUCTIONS = (

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from armory.core.errors import INTERNAL_ERROR as INTERNAL
 from armory.core.errors import RequestError, SessionClosed
 from armory.engine.server_engine import AcceptedRequest, Reply, ServerEngine
 from armory.engine.session import Session
@@ -24,8 +25,6 @@ from armory.transports.openpi_protocol import encode_reply
 
 logger = logging.getLogger("armory.transports.openpi_ws")
 """The door's logger: its lines keep the name they are filtered by."""
-
-INTERNAL = "internal server error; the server log has the details"
 
 
 @dataclass(frozen=True)
