@@ -31,6 +31,8 @@ from prometheus_client.samples import Sample
 from server_harness import make_mock, make_obs, running_server
 
 from armory.engine.config import ServerConfig
+from armory.observe.metrics import EngineReading, ServerMetrics
+from armory.observe.robot_activity import RobotSample
 from armory.serve import ArmoryServer, ServerThread
 from armory.transports.groot_config import GrootDoorConfig
 from armory.transports.lerobot_grpc import LeRobotDoorConfig
@@ -282,3 +284,33 @@ def test_the_lerobot_doors_requests_errors_and_rows_carry_its_name(
     assert (row.door, row.num_requests, row.num_replies, row.num_errors) == ("lerobot", 1, 1, 1)
     per_robot = families["armory_robot_requests"]
     assert value(per_robot, "armory_robot_requests_total", robot=row.robot) == 1
+
+
+def test_a_robot_named_like_another_label_joins_the_aggregate() -> None:
+    """Robot names are the robots' own: one called "other", or one that repeats a name
+    already labelled, is summed under robot="other" so that no two series share a label."""
+
+    def sample(name: str, num_requests: int) -> RobotSample:
+        return RobotSample(name, None, None, num_requests, 0, 0.0, 0.0)
+
+    robots = [sample("other", 1), sample("conn-1", 2), sample("conn-1", 4), sample("b", 8)]
+    reading = EngineReading(
+        uptime_s=1.0,
+        busy_s=0.0,
+        batch_size_counts={},
+        decisions_by_rule={},
+        requests_by_door={},
+        replies_by_door={},
+        errors_by_door={},
+        num_worker_restarts=0,
+        robots=robots,
+    )
+    metrics = ServerMetrics(max_batch_size=2, max_robot_labels=8)
+    text = metrics.exposition(reading).decode()
+    families = {f.name: f.samples for f in text_string_to_metric_families(text)}
+    per_robot = families["armory_robot_requests"]
+    labels = [s.labels["robot"] for s in per_robot]
+    assert sorted(labels) == ["b", "conn-1", "other"]
+    assert value(per_robot, "armory_robot_requests_total", robot="conn-1") == 2
+    assert value(per_robot, "armory_robot_requests_total", robot="other") == 1 + 4
+    assert value(per_robot, "armory_robot_requests_total", robot="b") == 8

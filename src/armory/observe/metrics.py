@@ -5,8 +5,8 @@ Histograms are observed once per batch or decision (never per request); everythi
 else is read from the engine's own counters when Prometheus scrapes (a copy taken on
 the event loop, formatted in a worker thread), so a request costs nothing here.
 Per-robot series carry a ``robot`` label for at most ``max_robot_labels`` robots at a
-time (the earliest connected); the rest are summed (counters, latency sums) or averaged
-(queue depth, starvation) under ``robot="other"``.
+time (the earliest connected, each name once); the rest are summed (counters, latency
+sums) or averaged (queue depth, starvation) under ``robot="other"``.
 """
 
 from __future__ import annotations
@@ -182,7 +182,17 @@ def _batch_size_family(counts: dict[int, int], max_batch_size: int) -> Metric:
 
 
 def _robot_families(robots: Sequence[RobotSample], cap: int) -> Iterator[Metric]:
-    named, others = robots[:cap], robots[cap:]
+    named: list[RobotSample] = []
+    others: list[RobotSample] = []
+    labels_taken = {OTHER_ROBOTS}
+    for sample in robots:
+        # A robot's name is its own choice: one that another robot (or the aggregate)
+        # already labels joins the aggregate, so no two series share a label.
+        if len(named) < cap and sample.robot not in labels_taken:
+            named.append(sample)
+            labels_taken.add(sample.robot)
+        else:
+            others.append(sample)
     labels = ["robot"]
     depth = GaugeMetricFamily(
         "armory_robot_queue_depth_actions",
@@ -210,7 +220,7 @@ def _robot_families(robots: Sequence[RobotSample], cap: int) -> Iterator[Metric]
     )
     groups = [(a.robot, [a]) for a in named]
     if others:
-        groups.append((OTHER_ROBOTS, list(others)))
+        groups.append((OTHER_ROBOTS, others))
     for label, group in groups:
         depths = [a.queue_depth_actions for a in group if a.queue_depth_actions is not None]
         if depths:
