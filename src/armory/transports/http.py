@@ -59,6 +59,15 @@ def api_key_ok(header: str | None, api_key: str | None) -> bool:
     return hmac.compare_digest(received, f"{AUTH_SCHEME} ".encode() + expected)
 
 
+def stats_json(stats: Callable[[], Any], *, indent: int | None = None) -> str:
+    """``stats()`` as JSON (a dataclass as its fields): the body of ``/stats`` and of each
+    frame of the dashboard's feed."""
+    value = stats()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    return json.dumps(value, indent=indent)
+
+
 def route(
     path: str,
     auth_header: str | None,
@@ -92,11 +101,8 @@ def route(
     if page is not None:
         return page()
     if path == STATS_PATH:
-        value = stats()
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            value = dataclasses.asdict(value)
         return HttpAnswer(
-            HTTPStatus.OK, json.dumps(value, indent=2) + "\n", content_type="application/json"
+            HTTPStatus.OK, stats_json(stats, indent=2) + "\n", content_type="application/json"
         )
     if max_connections is not None and num_connections >= max_connections:
         return HttpAnswer(

@@ -5,8 +5,6 @@ WebSocket feed at ``/dashboard/live`` that pushes ``/stats`` to it twice a secon
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import json
 from collections.abc import Callable
 from http import HTTPStatus
 from importlib import resources
@@ -16,7 +14,7 @@ from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
 from armory.observe.metrics import CONTENT_TYPE
-from armory.transports.http import HttpAnswer, Page
+from armory.transports.http import HttpAnswer, Page, stats_json
 
 if TYPE_CHECKING:
     from armory.engine.server_engine import ServerEngine
@@ -70,10 +68,7 @@ async def serve_live_feed(
     frame it sends is ignored)."""
     try:
         while True:
-            value = stats()
-            if dataclasses.is_dataclass(value) and not isinstance(value, type):
-                value = dataclasses.asdict(value)
-            await ws.send(json.dumps(value))
+            await ws.send(stats_json(stats))
             try:
                 async with asyncio.timeout(period_s):
                     await ws.recv()
