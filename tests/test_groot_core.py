@@ -183,3 +183,16 @@ def test_robots_past_the_limit_are_refused_with_an_error_reply() -> None:
     reply = msgpack.unpackb(core.refusal(caught.value))
     assert "--server.max-connections" in reply["error"]
     assert core.engine.stats().num_errors == 1
+
+
+def test_a_refused_request_counts_against_its_robots_row() -> None:
+    """An error answered to a known robot shows on its /stats row, as on the other doors."""
+    core = make_core()
+    call = core.receive(A, action_request("n1.6"), 0.0)
+    assert isinstance(call, ActionCall)
+    with pytest.raises(GrootProtocolError) as caught:
+        core.receive(A, request("no_such_endpoint"), 1.0)
+    core.refusal(caught.value, A)
+    rows = {row.robot: row for row in core.engine.stats().robots}
+    assert rows[call.session.robot_name].num_errors == 1
+    assert core.engine.stats().num_errors == 1

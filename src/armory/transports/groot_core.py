@@ -174,10 +174,13 @@ class GrootDoorCore:
         self.engine.reply_sent(call.session, reply, sent_s)
         return frame
 
-    def refusal(self, exc: Exception) -> bytes:
-        """The error frame of a request that failed with ``exc`` (counted and logged)."""
+    def refusal(self, exc: Exception, identity: bytes | None = None) -> bytes:
+        """The error frame of a request that failed with ``exc`` (counted and logged);
+        ``identity``: the robot that sent it, whose row counts it too (when it is known)."""
         if isinstance(exc, GrootProtocolError | RequestError):
-            self.engine.count_error("groot", type(exc).__name__)
+            robot = None if identity is None else self.robots.get(identity)
+            session = None if robot is None else robot.session
+            self.engine.count_error("groot", type(exc).__name__, session=session)
             logger.info("GR00T request refused: %s", exc)
             return error_reply(str(exc))
         if isinstance(exc, SessionClosed):

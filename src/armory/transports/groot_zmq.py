@@ -181,7 +181,7 @@ class GrootZmqTransport(Transport):
                     assert self.on_kill is not None
                     asyncio.get_running_loop().call_later(0.05, self.on_kill)
         except Exception as exc:
-            reply = self.core.refusal(exc)
+            reply = self.core.refusal(exc, identity)
         await self._send(identity, reply)
 
     async def _get_action(self, identity: bytes, call: ActionCall, received_s: float) -> bytes:
