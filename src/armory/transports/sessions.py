@@ -89,10 +89,6 @@ class SessionRegistry(Generic[K, R]):
         entry = self._live(key)
         return None if entry is None else entry.robot
 
-    def session(self, key: K) -> Session:
-        """The engine session of the robot behind ``key`` (KeyError if none)."""
-        return self._entries[key].session
-
     def robots(self) -> list[R]:
         return [entry.robot for entry in self._entries.values()]
 
