@@ -9,9 +9,11 @@ messages to a fuzzing run; the property (no failure outcome) is checked by the r
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
+from armory_client.wire import RobotState
 
 from armory.fuzz.doors import FuzzDoor
 from armory.fuzz.harness import Feed, Send, describe
@@ -81,23 +83,7 @@ def message_strategy(door: str) -> Any:
     numbers_only = numbers(st, int_bits=64 if door != "lerobot" else 80)
     if door == "openpi":
         state = with_keys(
-            [
-                "version",
-                "robot_id",
-                "action_index",
-                "actions_left",
-                "chunk_start",
-                "control_hz",
-                "min_execution_horizon",
-                "max_execution_horizon",
-                "episode_id",
-                "observation_step",
-                "round_trip_s",
-                "round_trip_step",
-                "weight",
-                "defer_after_s",
-                "pipelined",
-            ],
+            ["version", *(field.name for field in dataclasses.fields(RobotState))],
             numbers_only,
         )
         obs_keys = ["observation/image", "observation/wrist_image", "observation/state", "prompt"]
