@@ -12,6 +12,7 @@ nothing at all, no scheduler fault in ``/stats``, the good robot's largest gap u
 200 inputs). Exit status 1 if any door fails a check.
 
     python benchmarks/fuzz.py [--inputs 1000000] [--doors openpi groot lerobot] [--seed 0]
+        [--clients 4]
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ def main() -> None:
     parser.add_argument("--inputs", type=int, default=1_000_000, help="inputs per door")
     parser.add_argument("--doors", nargs="+", choices=DOORS, default=list(DOORS))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--clients", type=int, default=4, help="fuzzing clients at once per door (own robots)"
+    )
     args = parser.parse_args()
     num_generated = int(args.inputs * GENERATED_SHARE)
     num_mutated = args.inputs - num_generated
@@ -50,7 +54,7 @@ def main() -> None:
             mutation_feed(num_mutated, seed=args.seed),
             generated_feed(num_generated, seed=args.seed),
         )
-        reports.append(run_fuzz(door, feed, progress=progress))
+        reports.append(run_fuzz(door, feed, num_clients=args.clients, progress=progress))
     print(format_table(*_table(reports)))
     failed = False
     for report in reports:

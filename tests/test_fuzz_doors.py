@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from armory.fuzz.doors import DOORS
+from armory.fuzz.doors import DOORS, Wire
 from armory.fuzz.generate import generated_feed
 from armory.fuzz.harness import chain_feeds, mutation_feed, run_fuzz
 
@@ -22,13 +22,37 @@ NUM_GENERATED = 80
 
 @pytest.mark.parametrize("door", DOORS)
 def test_fuzzing_a_door_hurts_nobody(door: str) -> None:
-    """Hostile inputs through one door: the checks of FuzzReport.problems all hold."""
+    """Hostile inputs through one door from two robots at once: the checks of
+    FuzzReport.problems all hold, and every input is sent once."""
     report = run_fuzz(
         door,
         chain_feeds(mutation_feed(NUM_MUTATIONS, seed=1), generated_feed(NUM_GENERATED, seed=1)),
+        num_clients=2,
         num_warmup_inputs=100,
     )
     assert report.problems() == []
     assert report.num_inputs == NUM_MUTATIONS + NUM_GENERATED
     assert report.outcomes["refused"] > 0
     assert report.num_good_replies > 0
+
+
+def test_prefetched_feed_keeps_order_and_raises_the_feeds_error() -> None:
+    """The feed's thread hands inputs over in order; its exception reaches the consumer;
+    leaving early stops the thread."""
+    from armory.fuzz.harness import prefetched
+
+    def feed(door, send):  # type: ignore[no-untyped-def]
+        for index in range(200):
+            send(index, Wire("frame", bytes([index % 256])))
+        raise ValueError("feed broke")
+
+    items = prefetched(feed, door=None, depth=4)  # type: ignore[arg-type]
+    received = []
+    with pytest.raises(ValueError, match="feed broke"):
+        for message, _ in items:
+            received.append(message)
+    assert received == list(range(200))
+
+    early = prefetched(feed, door=None, depth=4)  # type: ignore[arg-type]
+    assert [next(early)[0] for _ in range(3)] == [0, 1, 2]
+    early.close()  # joins the feed's thread, which would otherwise block on a full queue

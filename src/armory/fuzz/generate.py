@@ -16,7 +16,7 @@ import numpy as np
 from armory_client.wire import RobotState
 
 from armory.fuzz.doors import FuzzDoor
-from armory.fuzz.harness import Feed, Send, describe
+from armory.fuzz.harness import Feed, Send
 from armory.fuzz.messages import JOINTS, lerobot_features
 
 _ENCODE_ERRORS = (TypeError, ValueError, OverflowError, RecursionError)
@@ -145,7 +145,7 @@ def generated_feed(num_inputs: int, seed: int = 0) -> Feed:
                 wire = door.encode(message)
             except _ENCODE_ERRORS:
                 return
-            send(describe(message), wire)
+            send(message, wire)
 
         one()
 

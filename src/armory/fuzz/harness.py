@@ -13,10 +13,13 @@ once the fuzzing sessions are gone, hold an RSS within 20% of its start.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import queue
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections import Counter
@@ -196,8 +199,9 @@ class GoodRobotProcess:
 # ---- inputs ----------------------------------------------------------------------------
 
 
-Send = Callable[[str, Wire], None]
-"""Sends one input (a description for the report, and its bytes) and records its outcome."""
+Send = Callable[[Any, Wire], None]
+"""Sends one input (the message it encodes, described in the report only if it fails, and
+its bytes) and records its outcome."""
 Feed = Callable[[FuzzDoor, Send], None]
 """Produces a run's inputs for a door, handing each to ``send``."""
 
@@ -210,7 +214,7 @@ def mutation_feed(num_inputs: int, seed: int = 0) -> Feed:
         mutator = Mutator(rng)
         for index in range(num_inputs):
             if rng.random() < 0.02:
-                send("noise", Wire("observation", random_frame(rng)))
+                send(NOISE, Wire("observation", random_frame(rng)))
                 continue
             valid = door.valid_message(index)
             message = valid if rng.random() < 0.05 else mutator.mutate(valid)
@@ -221,7 +225,7 @@ def mutation_feed(num_inputs: int, seed: int = 0) -> Feed:
                 wire = dataclasses.replace(wire, data=mutate_bytes(wire.data, rng))
             if rng.random() < 0.1:
                 wire = dataclasses.replace(wire, data=mutate_bytes(wire.data, rng))
-            send(describe(message), wire)
+            send(message, wire)
 
     return feed
 
@@ -236,9 +240,13 @@ def chain_feeds(*feeds: Feed) -> Feed:
     return feed
 
 
+NOISE = "noise"
+"""What a feed hands ``send`` in place of a message for bytes that are no message."""
+
+
 def describe(message: Any) -> str:
     """A message, in at most 160 characters, for the report."""
-    text = repr(message)
+    text = NOISE if message is NOISE else repr(message)
     return text if len(text) <= 160 else text[:157] + "..."
 
 
@@ -246,10 +254,13 @@ def run_fuzz(
     door_name: str,
     feed: Feed,
     *,
+    num_clients: int = 1,
     num_warmup_inputs: int = 200,
     progress: Callable[[int], None] | None = None,
 ) -> FuzzReport:
     """Send ``feed``'s inputs through door ``door_name`` beside the good robot, then check.
+    ``num_clients`` fuzzing clients (each its own connection: its own robot to the door)
+    take the inputs in turn, so that the door serves several hostile robots at once.
     The RSS baseline is taken after ``num_warmup_inputs`` inputs (thread pools, caches
     and allocator arenas grow once; the check is for what grows with the inputs)."""
     started_s = time.monotonic()
@@ -258,23 +269,30 @@ def run_fuzz(
         time.sleep(0.5)  # warm: the first batches, the learned profile
         rss_start = rss_peak = server.rss_mb()
         fuzz_from_s = time.monotonic()
+        doors: list[FuzzDoor] = []
         try:
-            door = open_door(door_name, server.ports[door_name], timeout_s=SEND_TIMEOUT_S)
+            port = server.ports[door_name]
+            for _ in range(num_clients):
+                doors.append(open_door(door_name, port, timeout_s=SEND_TIMEOUT_S))
         except BaseException:
+            for door in doors:
+                door.close()
             good.kill()
             raise
         outcomes: Counter[str] = Counter()
         failures: list[str] = []
+        lock = threading.Lock()
+        inputs = prefetched(feed, doors[0])
+        died = threading.Event()
+        errors: list[BaseException] = []
 
-        def send(description: str, wire: Wire) -> None:
+        def record(message: Any, outcome: str) -> None:
             nonlocal rss_start, rss_peak
-            if not server.alive():
-                raise _ServerDied
-            outcome = door.send(wire)
-            outcomes[outcome] += 1
-            if outcome in FAILURES and len(failures) < 5:
-                failures.append(f"{outcome}: {description}")
-            count = outcomes.total()
+            with lock:
+                outcomes[outcome] += 1
+                if outcome in FAILURES and len(failures) < 5:
+                    failures.append(f"{outcome}: {describe(message)}")
+                count = outcomes.total()
             if count == num_warmup_inputs:
                 rss_start = server.rss_mb()
             if count % 500 == 0:
@@ -282,12 +300,37 @@ def run_fuzz(
                 if progress is not None:
                     progress(count)
 
+        def client(door: FuzzDoor) -> None:
+            try:
+                while not died.is_set():
+                    with lock:
+                        item = next(inputs, None)
+                    if item is None:
+                        return
+                    if not server.alive():
+                        died.set()
+                        return
+                    record(item[0], door.send(item[1]))
+            except BaseException as exc:  # raised in the run's thread below
+                errors.append(exc)
+                died.set()
+
+        threads = [
+            threading.Thread(target=client, args=(door,), name=f"fuzz-client-{index}")
+            for index, door in enumerate(doors)
+        ]
         try:
-            feed(door, send)
-        except _ServerDied:
-            pass
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
         finally:
-            door.close()
+            with lock:
+                inputs.close()
+            for door in doors:
+                door.close()
+        if errors:
+            raise errors[0]
         fuzz_until_s = time.monotonic()
         healthz_ok = server.get("/healthz") == b"OK\n"
         good.stop()
@@ -312,5 +355,53 @@ def run_fuzz(
         )
 
 
-class _ServerDied(Exception):
-    """The server process is gone: the run stops."""
+def prefetched(feed: Feed, door: FuzzDoor, depth: int = 64) -> Iterator[tuple[Any, Wire]]:
+    """``feed``'s inputs, in order, made by a thread ahead of their sending: the next inputs
+    are generated while the server answers the last one. Leaving the loop early stops the
+    thread; an exception in the feed is raised here."""
+    inputs: queue.Queue[tuple[Any, Wire] | _FeedEnd] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item: tuple[Any, Wire] | _FeedEnd) -> None:
+        while not stop.is_set():
+            try:
+                inputs.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+        raise _FeedStopped
+
+    def produce() -> None:
+        try:
+            feed(door, lambda message, wire: put((message, wire)))
+            put(_FeedEnd(None))
+        except _FeedStopped:
+            pass
+        except BaseException as exc:  # handed to the consumer, raised there
+            with contextlib.suppress(_FeedStopped):
+                put(_FeedEnd(exc))
+
+    thread = threading.Thread(target=produce, name="fuzz-feed", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = inputs.get()
+            if isinstance(item, _FeedEnd):
+                if item.error is not None:
+                    raise item.error
+                return
+            yield item
+    finally:
+        stop.set()
+        thread.join()
+
+
+@dataclass(frozen=True)
+class _FeedEnd:
+    """The feed is done (``error``: the exception that ended it)."""
+
+    error: BaseException | None
+
+
+class _FeedStopped(Exception):
+    """The consumer left: the feed's thread ends."""
