@@ -377,3 +377,26 @@ def test_the_openpi_door_refuses_connections_past_the_limit() -> None:
             except InvalidStatus:
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
+
+
+def test_dashboard_viewers_do_not_take_robots_slots(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Open dashboards count against their own limit, not --server.max-connections: with
+    one robot slot and a dashboard open, a robot still connects; past the viewers' limit
+    a dashboard gets 503 naming it; a second robot gets the robots' 503."""
+    import armory.transports.openpi_ws as openpi_ws
+    from armory.transports.observe_pages import LIVE_PATH
+
+    monkeypatch.setattr(openpi_ws, "MAX_LIVE_VIEWERS", 1)
+    with running_server(max_connections=1) as thread:
+        live = f"{thread.uri}{LIVE_PATH}"
+        with connect(live) as viewer:
+            assert viewer.recv(timeout=5)  # the feed is running: the viewer is counted
+            with connect(thread.uri) as robot:
+                assert robot.recv(timeout=5)  # the metadata frame
+                with pytest.raises(InvalidStatus) as refused, connect(live):
+                    pass
+                assert refused.value.response.status_code == 503
+                assert b"dashboards are open" in refused.value.response.body
+                with pytest.raises(InvalidStatus) as refused, connect(thread.uri):
+                    pass
+                assert b"--server.max-connections" in refused.value.response.body

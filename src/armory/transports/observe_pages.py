@@ -24,6 +24,8 @@ DASHBOARD_PATH = "/dashboard"
 LIVE_PATH = "/dashboard/live"
 """The dashboard's WebSocket: one JSON text frame of ``/stats`` per period."""
 LIVE_PERIOD_S = 0.5
+MAX_LIVE_VIEWERS = 32
+"""Dashboards fed at once per server; counted apart from robots (``--server.max-connections``)."""
 
 _ASSETS = {
     DASHBOARD_PATH: ("dashboard.html", "text/html; charset=utf-8"),

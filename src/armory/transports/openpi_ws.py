@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Coroutine
+from http import HTTPStatus
 from typing import Any
 
 from websockets.asyncio.server import Server, ServerConnection, serve
@@ -34,7 +35,12 @@ from armory.engine.session import Session
 from armory.transports import http
 from armory.transports.base import Transport
 from armory.transports.listen import ListenError, bind_failure
-from armory.transports.observe_pages import is_live_feed, observe_pages, serve_live_feed
+from armory.transports.observe_pages import (
+    MAX_LIVE_VIEWERS,
+    is_live_feed,
+    observe_pages,
+    serve_live_feed,
+)
 from armory.transports.off_loop import decode_off_loop
 from armory.transports.openpi_core import (
     INTERNAL,
@@ -91,6 +97,8 @@ class OpenpiWebSocketTransport(Transport):
             metadata_map(engine.metadata, engine.config, scheduler=engine.scheduler_name)
         )
         self._pages = observe_pages(engine)
+        self._viewers: set[ServerConnection] = set()
+        """Open dashboard feeds (not robots: they do not count against max_connections)."""
 
     @property
     def port(self) -> int:
@@ -136,15 +144,24 @@ class OpenpiWebSocketTransport(Transport):
     async def _process_request(
         self, connection: ServerConnection, request: Request
     ) -> Response | None:
+        live_feed = bool(self._pages) and is_live_feed(request.path)
+        num_robots = (len(self._server.connections) if self._server else 0) - len(self._viewers)
         answer = http.route(
             request.path,
             request.headers.get(http.AUTH_HEADER),
             api_key=self._api_key,
             stats=self.engine.stats,
-            max_connections=self.engine.config.max_connections,
-            num_connections=len(self._server.connections) if self._server else 0,
+            # Dashboard viewers have their own limit, so open pages never take robots' slots.
+            max_connections=None if live_feed else self.engine.config.max_connections,
+            num_connections=num_robots,
             pages=self._pages,
         )
+        if answer is None and live_feed and len(self._viewers) >= MAX_LIVE_VIEWERS:
+            answer = http.HttpAnswer(
+                HTTPStatus.SERVICE_UNAVAILABLE,
+                f"{len(self._viewers)} dashboards are open, the most this server feeds; "
+                "close one and reload\n",
+            )
         if answer is None:
             return None
         if not isinstance(answer, http.HttpAnswer):
@@ -162,7 +179,11 @@ class OpenpiWebSocketTransport(Transport):
 
     async def _handle(self, ws: ServerConnection) -> None:
         if self._pages and ws.request is not None and is_live_feed(ws.request.path):
-            await serve_live_feed(ws, self.engine.stats)
+            self._viewers.add(ws)
+            try:
+                await serve_live_feed(ws, self.engine.stats)
+            finally:
+                self._viewers.discard(ws)
             return
         connection = self.connections.robot(ws, peer=_peer(ws), now_s=self.engine.clock())
         session = connection.session
