@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import parse_qs, urlsplit
 
+from armory.core.door_names import DOOR_NAMES
 from armory.placement.base import RobotDemand
 
 MAX_ROBOT_NAME = 128
@@ -50,7 +51,7 @@ def parse_placement_request(target: str) -> PlacementRequest:
             f"robot name must be 1-{MAX_ROBOT_NAME} letters, digits or ._:/@+-, got {robot!r}"
         )
     door = values.pop("door", "openpi")
-    if door not in ("openpi", "groot", "lerobot"):
+    if door not in DOOR_NAMES:
         raise ValueError(f"door must be openpi, groot or lerobot, got {door!r}")
     demand: dict[str, float | int] = {}
     for key, text in values.items():

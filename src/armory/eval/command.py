@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 import tyro
 from tqdm import tqdm
 
+from armory.core.door_names import DoorName
 from armory.engine.config import ServerConfig
 from armory.eval.aloha import AlohaConfig
 from armory.eval.lerobot_client import lerobot_layout
@@ -82,7 +83,7 @@ class Eval:
     average, conservative, temporal_ensemble or rtc."""
     execution_horizon: int | None = None
     """Most actions a robot plays of one chunk; None: the policy's whole chunk."""
-    door: Literal["openpi", "groot", "lerobot"] = "openpi"
+    door: DoorName = "openpi"
     """The front door robots use: openpi (WebSocket, Armory's queue state), groot (ZeroMQ,
     plain clients) or lerobot (gRPC, as LeRobot's RobotClient); the in-process server
     opens it."""

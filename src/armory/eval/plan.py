@@ -8,11 +8,11 @@ from typing import Any
 
 from armory_client import MERGE_RULES, REQUEST_MODES
 
+from armory.core.door_names import DOOR_NAMES
 from armory.eval.environment import EnvConfig
 from armory.eval.recording import RecordConfig
 from armory.eval.variation import VariationConfig
 
-DOORS = ("openpi", "groot", "lerobot")
 """Front doors an eval robot can use."""
 
 
@@ -77,8 +77,8 @@ class EvalPlan:
             raise ValueError(f"--execution-horizon must be >= 1, got {self.execution_horizon}")
         if not self.connect_timeout_s > 0:
             raise ValueError(f"--connect-timeout-s must be > 0, got {self.connect_timeout_s}")
-        if self.door not in DOORS:
-            raise ValueError(f"unknown door {self.door!r}; valid: {', '.join(DOORS)}")
+        if self.door not in DOOR_NAMES:
+            raise ValueError(f"unknown door {self.door!r}; valid: {', '.join(DOOR_NAMES)}")
         if (self.door == "openpi") != (self.door_port is None):
             raise ValueError(f"--door {self.door} needs a door port exactly when not openpi")
         if not 0 < self.time_scale <= 10:

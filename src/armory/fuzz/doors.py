@@ -20,6 +20,7 @@ import msgpack
 import numpy as np
 from armory_client.wire import packb
 
+from armory.core.door_names import DOOR_NAMES
 from armory.fuzz.messages import (
     groot_request,
     lerobot_instructions_state,
@@ -30,7 +31,7 @@ from armory.fuzz.messages import (
 
 OUTCOMES = ("reply", "refused", "closed", "internal", "schedule_failed", "no_reply")
 FAILURES = frozenset({"internal", "schedule_failed", "no_reply"})
-DOORS = ("openpi", "groot", "lerobot")
+DOORS = DOOR_NAMES
 
 _INTERNAL_TEXT = "internal server error"
 _SCHEDULE_TEXT = "failed to schedule"
