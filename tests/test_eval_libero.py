@@ -133,6 +133,29 @@ def test_variation_moves_the_camera_and_objects(env: LiberoEnv) -> None:
     np.testing.assert_allclose(shift, offset, atol=2e-3)  # the settle steps let it rest
 
 
+def test_variation_sets_fields_from_the_loaded_model_not_the_last_episode(env: LiberoEnv) -> None:
+    """Applying a scenario twice to one model (a reset that kept it) moves the camera,
+    base, light and table once, as on a freshly loaded model; no variation restores it."""
+    axes = load_axes("libero")
+    chosen = scenario(axes, VariationConfig(enabled=True, seed=5), 0)
+    env.reset(seed=1, episode=0, scenario=Scenario(seed=5, episode=0))
+    model = env._env.env.sim.model
+    fields = ("cam_pos", "light_diffuse", "body_pos", "mat_rgba")
+    loaded = {name: getattr(model, name).copy() for name in fields}
+    init_state = env._init_states[0]
+    env._apply(chosen, init_state)
+    once = {name: getattr(model, name).copy() for name in fields}
+    env._apply(chosen, init_state)
+    for name in fields:
+        np.testing.assert_array_equal(getattr(model, name), once[name], err_msg=name)
+    camera = model.camera_name2id("agentview")
+    expected = [chosen.values[f"camera.agentview.{a}"].value for a in "xyz"]
+    np.testing.assert_allclose(model.cam_pos[camera] - loaded["cam_pos"][camera], expected)
+    env._apply(Scenario(seed=5, episode=0), init_state)
+    for name in fields:
+        np.testing.assert_array_equal(getattr(model, name), loaded[name], err_msg=name)
+
+
 def test_a_missing_camera_or_wrong_state_size_is_one_clear_error(env: LiberoEnv) -> None:
     """A LeRobot-named policy against openpi's names: every misfit in one error."""
     env.reset(seed=1, episode=0, scenario=Scenario(seed=0, episode=0))

@@ -35,6 +35,7 @@ from typing import Any, Literal
 import numpy as np
 
 from armory.eval.environment import EnvConfig, Environment, ResetResult, StepResult
+from armory.eval.headless_gl import configure_headless_gl
 from armory.eval.variation import Scenario
 
 ACTION_DIM = 7
@@ -100,6 +101,10 @@ class LiberoConfig(EnvConfig):
     def name(self) -> str:
         return "libero"
 
+    def prepare_process(self) -> None:
+        """The cameras need an OpenGL platform, chosen before MuJoCo is imported."""
+        configure_headless_gl()
+
     def make(self) -> LiberoEnv:
         """Called in the robot's process."""
         return LiberoEnv(self)
@@ -113,6 +118,7 @@ class LiberoEnv(Environment):
     action_dim = ACTION_DIM
 
     def __init__(self, config: LiberoConfig) -> None:
+        config.prepare_process()
         try:
             from libero.libero import benchmark, get_libero_path
             from libero.libero.envs import OffScreenRenderEnv
@@ -143,6 +149,7 @@ class LiberoEnv(Environment):
         )
         self._raw: dict[str, Any] = {}
         self._gripper = float(SETTLE_ACTION[-1])
+        self._loaded: dict[str, np.ndarray] | None = None
 
     def reset(self, *, seed: int, episode: int, scenario: Scenario) -> ResetResult:
         env = self._env
@@ -175,22 +182,28 @@ class LiberoEnv(Environment):
         self._env.close()
 
     def _apply(self, scenario: Scenario, init_state: np.ndarray) -> np.ndarray:
-        """Offset or scale the freshly loaded model's fields by ``scenario``'s values; the
-        initial state (LIBERO's flattened time, qpos, qvel) with the objects moved."""
+        """Set the model's varied fields to their loaded values offset or scaled by
+        ``scenario``'s values (the same result whether or not the reset reloaded the
+        model); the initial state (LIBERO's flattened time, qpos, qvel) with the objects
+        moved."""
         values = {name: v.value for name, v in scenario.values.items()}
         model = self._env.env.sim.model
         camera = model.camera_name2id("agentview")
-        for i, axis in enumerate(("x", "y", "z")):
-            model.cam_pos[camera, i] += values.get(f"camera.agentview.{axis}", 0.0)
-        model.light_diffuse[:] *= values.get("lighting.diffuse", 1.0)
         base = model.body_name2id("robot0_base")
-        model.body_pos[base, 0] += values.get("robot-base.x", 0.0)
-        model.body_pos[base, 1] += values.get("robot-base.y", 0.0)
+        materials = [
+            index
+            for index in (_material_id(model, name) for name in ("table_mat", "table_texture"))
+            if index is not None
+        ]
+        loaded = self._loaded_fields(model, camera, base, materials)
+        camera_offset = [values.get(f"camera.agentview.{axis}", 0.0) for axis in "xyz"]
+        model.cam_pos[camera] = loaded["cam_pos"] + camera_offset
+        model.light_diffuse[:] = loaded["light_diffuse"] * values.get("lighting.diffuse", 1.0)
+        base_offset = [values.get("robot-base.x", 0.0), values.get("robot-base.y", 0.0)]
+        model.body_pos[base, :2] = loaded["body_pos"] + base_offset
         shade = values.get("object.table_shade", 1.0)
-        for material in ("table_mat", "table_texture"):
-            index = _material_id(model, material)
-            if index is not None:
-                model.mat_rgba[index, :3] = np.clip(model.mat_rgba[index, :3] * shade, 0.0, 1.0)
+        for row, index in enumerate(materials):
+            model.mat_rgba[index, :3] = np.clip(loaded["mat_rgba"][row] * shade, 0.0, 1.0)
         offset = (values.get("object.offset_x", 0.0), values.get("object.offset_y", 0.0))
         state = np.array(init_state, dtype=np.float64)
         if offset != (0.0, 0.0):
@@ -198,6 +211,20 @@ class LiberoEnv(Environment):
                 address = 1 + int(model.jnt_qposadr[joint])  # after the time
                 state[address : address + 2] += offset
         return state
+
+    def _loaded_fields(
+        self, model: Any, camera: int, base: int, materials: list[int]
+    ) -> dict[str, np.ndarray]:
+        """The varied fields as the task's model file sets them, read on the first reset
+        (every reset loads the same file)."""
+        if self._loaded is None:
+            self._loaded = {
+                "cam_pos": model.cam_pos[camera].copy(),
+                "light_diffuse": model.light_diffuse.copy(),
+                "body_pos": model.body_pos[base, :2].copy(),
+                "mat_rgba": model.mat_rgba[materials, :3].copy(),
+            }
+        return self._loaded
 
 
 def format_observation(
