@@ -11,15 +11,19 @@ servers' interpreter lock, asking back to back. For Armory the time the reply
 reports as its forward pass and scheduling wait (``server_timing``: ``infer_ms`` and
 ``queue_ms``) is taken off each round trip: what is left is what Armory adds on
 the request path. The table prints p50 and p99 of both, the difference and the
-ratio. Goal: +0.3 ms at p50 and +2 ms at p99 at 1 robot, +0.5 ms at p50 at 8.
+ratio. With ``--rounds R`` all servers stay up and each is measured in turn R times
+(the floor, then each scheduler, then again): the machine's drift between runs falls
+on both alike, and the last column gives each round's own difference of medians.
+Goal: +0.3 ms at p50 and +2 ms at p99 at 1 robot, +0.5 ms at p50 at 8.
 
-    python benchmarks/request_floor.py [--requests 400] [--robots 1 8]
+    python benchmarks/request_floor.py [--requests 400] [--robots 1 8] [--rounds 1]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import subprocess
 import sys
@@ -147,24 +151,39 @@ def measure(port: int, num_robots: int, num_requests: int) -> np.ndarray:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--requests", type=int, default=400, help="per robot")
+    parser.add_argument("--requests", type=int, default=400, help="per robot and round")
     parser.add_argument("--robots", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--schedulers", nargs="+", default=["just-in-time", "max-batch"])
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="floor and Armory measured in turn this often"
+    )
     args = parser.parse_args()
     rows = []
     for num_robots in args.robots:
-        with floor_server() as port:
-            floor = measure(port, num_robots, args.requests) * 1e3
+        with contextlib.ExitStack() as servers:
+            floor_port = servers.enter_context(floor_server())
+            armories = {
+                name: servers.enter_context(armory_server(name)) for name in args.schedulers
+            }
+            rounds: list[dict[str, np.ndarray]] = []
+            for _ in range(args.rounds):
+                measured = {"floor": measure(floor_port, num_robots, args.requests) * 1e3}
+                for name, thread in armories.items():
+                    measured[name] = measure(thread.port, num_robots, args.requests) * 1e3
+                rounds.append(measured)
+            decision_ms = {
+                name: thread.stats().decision_ms_mean for name, thread in armories.items()
+            }
+        floor = np.concatenate([measured["floor"] for measured in rounds])
         f50, f99 = np.percentile(floor, [50, 99])
-        for scheduler in args.schedulers:
-            with armory_server(scheduler) as thread:
-                armory = measure(thread.port, num_robots, args.requests) * 1e3
-                decision_ms = thread.stats().decision_ms_mean
+        for name in args.schedulers:
+            armory = np.concatenate([measured[name] for measured in rounds])
             a50, a99 = np.percentile(armory, [50, 99])
+            added = [np.median(m[name]) - np.median(m["floor"]) for m in rounds]
             rows.append(
                 [
                     str(num_robots),
-                    scheduler,
+                    name,
                     f"{f50:.2f}",
                     f"{f99:.2f}",
                     f"{a50:.2f}",
@@ -172,7 +191,8 @@ def main() -> None:
                     f"{a50 - f50:+.2f}",
                     f"{a99 - f99:+.2f}",
                     f"{a50 / f50:.2f}",
-                    f"{decision_ms:.3f}",
+                    f"{np.median(added):+.2f} ({min(added):+.2f}..{max(added):+.2f})",
+                    f"{decision_ms[name]:.3f}",
                 ]
             )
     headers = [
@@ -185,6 +205,7 @@ def main() -> None:
         "added p50",
         "added p99",
         "p50 ratio",
+        "added p50 by round: median (range)",
         "decision ms",
     ]
     print(format_table(headers, rows))
