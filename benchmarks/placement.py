@@ -9,7 +9,8 @@ table's precision). Per fleet:
 - ``n1``: the most robots one GPU holds (doubling, then bisection);
 - per K and placement: the most robots K GPUs hold, as a fraction of ``K n1`` (1.2,
   1.15, ... tried from the top, the first that holds counts), and the starved ticks
-  at ``K n1`` robots (every GPU carries what one GPU holds) and at ``1.1 K n1``;
+  at ``K n1`` robots (every GPU carries what one GPU holds) and at ``1.1 K n1``,
+  summed over ``--repeats`` simulations of their own seeds (arrival order, links);
 
 then the summary: the fleets where each placement holds at least ``0.95 K n1``
 (SCALE), and the mixed fleets (more than one robot type) where fluid starves fewer
@@ -18,7 +19,7 @@ Fleets where one GPU holds fewer than 2 robots or more than ``--max-n1`` are ski
 (listed).
 
     python benchmarks/placement.py [--count 12] [--first-seed 1000] [--duration 10]
-        [--gpus 1 2 4 8] [--workers 2] [--json out.json]
+        [--gpus 1 2 4 8] [--workers 2] [--repeats 1] [--json out.json]
 """
 
 from __future__ import annotations
@@ -99,16 +100,21 @@ EDGE = (1.0, 1.1)
 """Fractions of ``K n1`` at which starved ticks are compared."""
 
 
-def _k_gpus(job: tuple[int, int, int, str, float, float]) -> dict:
-    seed, n1, gpus, placement, duration_s, zero = job
+REPEAT_SEED_STEP = 100_000
+"""Repeat r of a comparison simulates with seed ``fleet seed + r * REPEAT_SEED_STEP``."""
+
+
+def _k_gpus(job: tuple[int, int, int, str, float, float, int]) -> dict:
+    seed, n1, gpus, placement, duration_s, zero, repeats = job
     fleet = generate_fleet("mixed", seed).fleet
     runs = {}
 
-    def run(fraction: float):
-        if fraction not in runs:
+    def run(fraction: float, repeat: int = 0):
+        if (fraction, repeat) not in runs:
             n = max(1, round(fraction * gpus * n1))
-            runs[fraction] = _run(fleet, n, gpus, placement, seed, duration_s)
-        return runs[fraction]
+            sim_seed = seed + repeat * REPEAT_SEED_STEP
+            runs[fraction, repeat] = _run(fleet, n, gpus, placement, sim_seed, duration_s)
+        return runs[fraction, repeat]
 
     held = next((f for f in GRID if run(f).report.system.starvation <= zero), 0.0)
     return {
@@ -117,7 +123,9 @@ def _k_gpus(job: tuple[int, int, int, str, float, float]) -> dict:
         "placement": placement,
         "held_fraction": held,
         "held": round(held * gpus * n1),
-        "starved_ticks": {str(f): run(f).num_starved_ticks for f in EDGE},
+        "starved_ticks": {
+            str(f): sum(run(f, r).num_starved_ticks for r in range(repeats)) for f in EDGE
+        },
     }
 
 
@@ -130,6 +138,12 @@ def main() -> None:
     parser.add_argument("--zero", type=float, default=1e-3)
     parser.add_argument("--max-n1", type=int, default=48)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="simulations (arrival orders, link draws) summed for the starved-tick comparison",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     start = time.perf_counter()
@@ -140,14 +154,17 @@ def main() -> None:
         kept = [s for s in seeds if 2 <= n1[s] <= args.max_n1]
         skipped = [s for s in seeds if s not in kept]
         jobs = [
-            (s, n1[s], k, p, args.duration, args.zero)
+            (s, n1[s], k, p, args.duration, args.zero, args.repeats)
             for s in kept
             for k in args.gpus
             for p in PLACEMENTS
         ]
         rows = list(pool.map(_k_gpus, jobs))
     by = {(r["seed"], r["gpus"], r["placement"]): r for r in rows}
-    print("robots held at zero starvation (starved ticks at K n1 / at 1.1 K n1)")
+    print(
+        "robots held at zero starvation (starved ticks at K n1 / at 1.1 K n1, "
+        f"summed over {args.repeats} simulation(s))"
+    )
     print(
         f"{'fleet':>6} {'mode':>10} {'types':>5} {'n1':>4} {'K':>2}  "
         + "  ".join(f"{p:>20}" for p in PLACEMENTS)
