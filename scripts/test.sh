@@ -20,9 +20,10 @@ suites=(tests "$client/tests")
 # installed (e.g. offline), that test is skipped with the reason.
 openpi_venv=.venv-openpi
 if ! "$openpi_venv/bin/python" -c 'import openpi_client.websocket_client_policy' 2>/dev/null; then
-  # typing_extensions: imported by openpi-client 0.1.2 but not declared by it.
+  # typing_extensions: imported by openpi-client 0.1.2 but not declared by it. websockets
+  # >= 17.1 (openpi-client asks >= 11.0): its blocking client follows a cluster's redirect.
   { [ -x "$openpi_venv/bin/python" ] || python3 -m venv "$openpi_venv"; } &&
-    "$openpi_venv/bin/pip" install -q 'openpi-client==0.1.2' typing_extensions ||
+    "$openpi_venv/bin/pip" install -q 'openpi-client==0.1.2' 'websockets>=17.1' typing_extensions ||
     echo "test.sh: could not install openpi-client into $openpi_venv; its test will be skipped" >&2
 fi
 # LeRobot 0.6.1 (Python 3.12, its own torch) runs policy workers and LeRobot's own client

@@ -34,6 +34,8 @@ class FakeServer:
     """Sent first: packed if a map or list, as a text frame (then close) if a str."""
     api_key: str | None = None
     """If set, handshakes without ``Authorization: Api-Key <key>`` get HTTP 401."""
+    redirect_to: str | None = None
+    """If set, handshakes at ``/`` (that pass the key check) get ``307`` to this URI."""
     delay_s: float = 0.0
     big_bytes: int = 0
     port: int = 0
@@ -42,14 +44,22 @@ class FakeServer:
     requests: list[Any] = field(default_factory=list)
     headers: list[Headers] = field(default_factory=list)
     """Handshake request headers, one per connection attempt (case-insensitive)."""
+    paths: list[str] = field(default_factory=list)
+    """Handshake request targets (path and query), one per connection attempt."""
     closed: threading.Event = field(default_factory=threading.Event)
     """Set once the server has finished closing a connection itself."""
 
     def check_key(self, conn: ServerConnection, request: Request) -> Response | None:
-        """Refuse the handshake with 401 when an API key is required and wrong."""
+        """Refuse the handshake with 401 when an API key is required and wrong; redirect it
+        when asked to."""
         self.headers.append(request.headers)
+        self.paths.append(request.path)
         if self.api_key and request.headers.get("Authorization") != f"Api-Key {self.api_key}":
             return conn.respond(HTTPStatus.UNAUTHORIZED, "bad key\n")
+        if self.redirect_to is not None and request.path.split("?", 1)[0] == "/":
+            response = conn.respond(HTTPStatus.TEMPORARY_REDIRECT, "elsewhere\n")
+            response.headers["Location"] = self.redirect_to
+            return response
         return None
 
     async def handle(self, ws: ServerConnection) -> None:

@@ -216,23 +216,3 @@ def test_codec_error_leaves_connection_usable(fake_server) -> None:
             client.infer({"bad": np.array([1j])})
         assert client.infer({"x": 1})["count"] == 1
     assert len(server.headers) == 1
-
-
-def test_redirect_target_follows_3xx_and_refuses_a_tls_downgrade() -> None:
-    """A 307 with a Location is followed (relative ones resolved against the server URI);
-    a redirect from wss:// to ws:// and a non-redirect status are not."""
-    from armory_client.client import _redirect_target
-    from websockets.datastructures import Headers
-    from websockets.exceptions import InvalidStatus
-    from websockets.http11 import Response
-
-    def status(code: int, location: str | None) -> InvalidStatus:
-        headers = Headers({"Location": location} if location else {})
-        return InvalidStatus(Response(code, "x", headers, b""))
-
-    assert _redirect_target(status(307, "ws://h:2/"), "ws://d:1/") == "ws://h:2/"
-    assert _redirect_target(status(307, "/x"), "ws://d:1/?robot=a") == "ws://d:1/x"
-    assert _redirect_target(status(307, "/x"), "wss://d:1/") == "wss://d:1/x"
-    assert _redirect_target(status(307, "ws://h:2/"), "wss://d:1/") is None
-    assert _redirect_target(status(403, None), "ws://d:1/") is None
-    assert _redirect_target(status(302, None), "ws://d:1/") is None

@@ -13,6 +13,11 @@ within its request timeout, reconnecting included: with the server down it raise
 `ConnectTimeout` after the request timeout, not the (longer) connect timeout. A
 request whose reply times out or fails closes the connection, so a late reply can
 never answer the next one.
+
+HTTP redirects of the handshake are followed by websockets itself (the blocking
+client's from websockets 17.1), which sends the API key on only to the same host and
+port: an Armory cluster's front door redirects each robot to its replica with a
+short-lived ticket in place of the key. Reconnects start again at the URI given.
 """
 
 from __future__ import annotations
@@ -23,7 +28,6 @@ import random
 import ssl
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
 from typing import Any, Self
@@ -58,9 +62,8 @@ DEFAULT_MAX_SIZE = 64 * 2**20
 # WebSocket close code for "message too big" (RFC 6455).
 _CLOSE_TOO_BIG = 1009
 
-MAX_REDIRECTS = 4
-"""HTTP redirects followed when connecting (a cluster's front door sends one)."""
-_REDIRECT_STATUSES = (301, 302, 303, 307, 308)
+# Bytes of a refused handshake's answer quoted in HandshakeRejected.
+_MAX_REASON_BYTES = 300
 
 
 class _ClientBase:
@@ -168,7 +171,9 @@ class _ClientBase:
     def _check_connect_error(self, exc: Exception) -> None:
         """Raise at once for a connect failure that retrying cannot fix."""
         if isinstance(exc, InvalidStatus) and 400 <= exc.response.status_code < 500:
-            raise HandshakeRejected(exc.response.status_code, self._uri) from exc
+            body = exc.response.body or b""
+            reason = body[:_MAX_REASON_BYTES].decode("utf-8", "replace").split("\n", 1)[0]
+            raise HandshakeRejected(exc.response.status_code, self._uri, reason) from exc
         if isinstance(exc, ssl.SSLCertVerificationError):
             raise CertificateRejected(self._uri, exc.verify_message or str(exc)) from exc
 
@@ -321,7 +326,9 @@ class PolicyClient(_ClientBase):
             # websockets >= 17.1 wants its connection entered as a context manager.
             stack = contextlib.ExitStack()
             try:
-                conn = self._connect_following_redirects(stack, remaining_s)
+                conn = stack.enter_context(
+                    websockets.sync.client.connect(self._uri, **self._connect_kwargs(remaining_s))
+                )
             except (OSError, InvalidHandshake) as exc:
                 self._check_connect_error(exc)
                 last_error = exc
@@ -342,27 +349,6 @@ class PolicyClient(_ClientBase):
                     return conn
             time.sleep(min(next(delays), max(deadline_s - time.monotonic(), 0.0)))
         raise self._connect_timeout(last_error, budget_s, budget)
-
-    def _connect_following_redirects(
-        self, stack: contextlib.ExitStack, budget_s: float
-    ) -> websockets.sync.client.ClientConnection:
-        """Open a connection to the server URI, following HTTP redirects (an Armory
-        cluster's front door answers each robot with its replica's URI), as websockets'
-        asyncio client does for the asyncio client."""
-        uri = self._uri
-        deadline_s = time.monotonic() + budget_s
-        for _ in range(MAX_REDIRECTS + 1):
-            remaining_s = max(deadline_s - time.monotonic(), 1e-3)
-            try:
-                return stack.enter_context(
-                    websockets.sync.client.connect(uri, **self._connect_kwargs(remaining_s))
-                )
-            except InvalidStatus as exc:
-                target = _redirect_target(exc, uri)
-                if target is None:
-                    raise
-                uri = target
-        raise InvalidHandshake(f"more than {MAX_REDIRECTS} redirects from {self._uri}")
 
     def _discard(self) -> None:
         """Close and forget the current connection."""
@@ -527,19 +513,6 @@ class AsyncPolicyClient(_ClientBase):
             self._conn = None
         if conn is not None:
             await conn.close()
-
-
-def _redirect_target(exc: InvalidStatus, uri: str) -> str | None:
-    """Where a 3xx handshake response sends the client (None if it is no redirect, or
-    one from wss:// to ws://, which would drop TLS)."""
-    response = exc.response
-    if response.status_code not in _REDIRECT_STATUSES or "Location" not in response.headers:
-        return None
-    target = urllib.parse.urljoin(uri.replace("ws", "http", 1), response.headers["Location"])
-    target = target.replace("http", "ws", 1) if target.startswith("http") else target
-    if uri.startswith("wss://") and not target.startswith("wss://"):
-        return None
-    return target
 
 
 def _build_uri(host: str, port: int | None) -> str:

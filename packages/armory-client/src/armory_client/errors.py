@@ -38,11 +38,14 @@ class ServerError(ArmoryClientError):
 class HandshakeRejected(ArmoryClientError):
     """The server answered the WebSocket handshake with an HTTP error (not retried)."""
 
-    def __init__(self, status_code: int, uri: str) -> None:
+    def __init__(self, status_code: int, uri: str, reason: str = "") -> None:
         hint = " (check the API key)" if status_code in (401, 403) else ""
-        super().__init__(f"server at {uri} rejected the handshake: HTTP {status_code}{hint}")
+        said = f": {reason}" if reason else ""
+        super().__init__(f"server at {uri} rejected the handshake: HTTP {status_code}{hint}{said}")
         # HTTP status of the rejection.
         self.status_code = status_code
+        # The server's own words (the first line of its answer), possibly empty.
+        self.reason = reason
 
 
 class CertificateRejected(ArmoryClientError):
