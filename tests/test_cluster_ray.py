@@ -1,6 +1,7 @@
 """armory cluster on a real Ray: two CPU replicas of policy:mock, robots through two doors
 (openpi WebSocket and GR00T ZeroMQ) spread by placement, one replica killed, every robot
-served again within a bound, and a replacement replica started by Ray Serve."""
+served again within a bound, and a replacement replica started by Ray Serve; the cluster
+has an API key, so robots get through the front door with it."""
 
 from __future__ import annotations
 
@@ -43,6 +44,9 @@ SERVED_AGAIN_S = 10.0
 """Every robot of a killed replica is answered by another within this many seconds."""
 RESTART_S = 60.0
 """Ray Serve starts a replacement replica within this many seconds."""
+KEY = "cluster-key"
+"""The cluster's API key: robots get through the front door with it (openpi robots on to
+their replica with its ticket, GR00T robots with the key as their api_token)."""
 
 
 class Robot:
@@ -56,7 +60,8 @@ class Robot:
 
     def _place(self) -> int:
         url = f"http://127.0.0.1:{self.front_port}/place?robot={self.name}&door=groot"
-        with urllib.request.urlopen(url, timeout=5) as response:
+        request = urllib.request.Request(url, headers={"Authorization": f"Api-Key {KEY}"})
+        with urllib.request.urlopen(request, timeout=5) as response:
             doors = json.loads(response.read())["doors"]
         return int(doors["groot"].rsplit(":", 1)[1])
 
@@ -65,12 +70,14 @@ class Robot:
         if self.door == "openpi":
             if self.openpi is None:
                 uri = f"ws://127.0.0.1:{self.front_port}/?robot={self.name}"
-                self.openpi = PolicyClient(uri, request_timeout_s=3.0, connect_timeout_s=3.0)
+                self.openpi = PolicyClient(
+                    uri, api_key=KEY, request_timeout_s=3.0, connect_timeout_s=3.0
+                )
             assert self.openpi.infer(make_obs(seed))["actions"].shape[0] > 0
             return
         if self.groot is None:
             self.groot_port = self._place()
-            self.groot = GrootClient(self.groot_port, timeout_ms=2000)
+            self.groot = GrootClient(self.groot_port, api_token=KEY, timeout_ms=2000)
         try:
             actions, _ = self.groot.get_action(groot_observation(make_obs(seed), "n1.6"))
         except Exception:
@@ -149,10 +156,12 @@ def _listeners(pids: set[int]) -> list[tuple[str, int, int]]:
 
 
 def test_cluster_spreads_robots_and_survives_a_replica_death(tmp_path: Any) -> None:
-    """Robots of both doors spread over two replicas; after one replica is killed every
-    robot is served again within SERVED_AGAIN_S; Ray Serve restarts the replica."""
+    """Robots of both doors, holding the cluster's API key, spread over two replicas; after
+    one replica is killed every robot is served again within SERVED_AGAIN_S; Ray Serve
+    restarts the replica."""
     replica = Serve(
         port=0,
+        api_key=KEY,
         server=ServerConfig(max_batch_size=4),
         groot=GrootDoorConfig(port=0),
         policy=MockPolicyConfig(latency_profile="linear", linear=FAST_LINEAR),

@@ -47,6 +47,7 @@ from armory.sim.simulator import SimConfig, simulate
 from armory.sim.table import format_gpus, format_report, format_rules, format_sweep
 from armory.transports.groot_config import GrootDoorConfig
 from armory.transports.lerobot_grpc import LeRobotDoorConfig
+from armory.transports.tickets import TicketGate
 from armory.workers.errors import WorkerBatchError
 
 if TYPE_CHECKING:
@@ -294,9 +295,11 @@ class Serve:
         except OSError as exc:  # e.g. a door's port is taken: the message names the door
             raise UsageError(f"cannot serve: {exc}") from exc
 
-    def make_server(self) -> ArmoryServer:
+    def make_server(self, *, ticket_audience: str | None = None) -> ArmoryServer:
         """The server these options describe, not yet started (``ValueError`` names a bad
-        option); ``armory cluster`` builds each replica's server with it."""
+        option); ``armory cluster`` builds each replica's server with it, naming the
+        replica as ``ticket_audience``: with an API key, its openpi door then also lets in
+        robots holding the front door's ticket for that replica."""
         if self.port is not None and not 0 <= self.port <= 65535:
             raise ValueError(f"--port must be in 0..65535, got {self.port}")
         api_key = self.api_key or os.environ.get(API_KEY_ENV) or None
@@ -320,6 +323,7 @@ class Serve:
             host=self.host,
             port=self.port,
             api_key=api_key,
+            tickets=TicketGate(api_key, ticket_audience) if api_key and ticket_audience else None,
             scheduler=scheduler,
             doors=doors,
         )

@@ -27,6 +27,7 @@ from armory.scheduling.base import Scheduler
 from armory.scheduling.registry import make_scheduler
 from armory.transports.base import Transport
 from armory.transports.openpi_ws import OpenpiWebSocketTransport
+from armory.transports.tickets import TicketGate
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +48,7 @@ class ArmoryServer:
         port: int | None = 8000,
         # Security
         api_key: str | None = None,
+        tickets: TicketGate | None = None,
         # Plumbing
         scheduler: Scheduler | None = None,
         clock: Clock = time.monotonic,
@@ -54,7 +56,9 @@ class ArmoryServer:
     ) -> None:
         """Nothing is bound until :meth:`start`. ``scheduler`` defaults to the one
         ``config.scheduler`` names; ``port=0`` picks a free port, ``port=None`` opens no
-        openpi door. ``doors`` build the front doors served beside (or instead of) it."""
+        openpi door. ``doors`` build the front doors served beside (or instead of) it.
+        ``tickets`` lets robots through the openpi door with a cluster front door's ticket
+        in place of the key."""
         self.config = config or ServerConfig()
         self.engine = ServerEngine(
             policy,
@@ -65,7 +69,9 @@ class ArmoryServer:
         self.transport = (
             None
             if port is None
-            else OpenpiWebSocketTransport(self.engine, host=host, port=port, api_key=api_key)
+            else OpenpiWebSocketTransport(
+                self.engine, host=host, port=port, api_key=api_key, tickets=tickets
+            )
         )
         self.doors: list[Transport] = [make(self.engine) for make in doors]
         if self.transport is None and not self.doors:

@@ -1,9 +1,11 @@
 """The cluster's front door: tells each robot its replica; carries no robot traffic.
 
 A robot's WebSocket handshake at ``ws://host:port/`` is answered ``307 Temporary
-Redirect`` to its replica's openpi door (the Armory clients and websockets' asyncio
-client follow it; the robot then talks to its replica directly, and reconnects
-through the front door, which sends it to a replica that is up). ``GET /place``
+Redirect`` to its replica's openpi door (websockets' clients follow it, so the Armory
+clients and openpi's do; the robot then talks to its replica directly, and reconnects
+through the front door, which sends it to a replica that is up). With an API key the
+redirect carries a short-lived ticket for that replica, since clients do not send the
+key to another host or port (:mod:`armory.transports.tickets`). ``GET /place``
 answers the same choice as JSON with every door of the replica (GR00T and LeRobot
 robots, which cannot follow an HTTP redirect, ask there first). ``GET /replicas``
 lists the slots; ``GET /healthz`` answers 200 while some replica is up.
@@ -18,7 +20,9 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections import deque
+from collections.abc import Callable
 from http import HTTPStatus
 
 from websockets.asyncio.server import Server, ServerConnection, serve
@@ -28,6 +32,7 @@ from armory.cluster.placement_request import PlacementRequest, parse_placement_r
 from armory.cluster.replica_table import ReplicaAddress, ReplicaTable
 from armory.placement.base import NoReplicaError, Placement, ReplicaProfile
 from armory.transports import http
+from armory.transports.tickets import DEFAULT_TICKET_TTL_S, MAX_TICKET_TTL_S, ticket_query
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +54,16 @@ class FrontDoor:
         port: int = 8000,
         # Security
         api_key: str | None = None,
+        ticket_ttl_s: float = DEFAULT_TICKET_TTL_S,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
+        """With ``api_key`` every request but ``/healthz`` needs the key, and each redirect
+        carries a ticket good for ``ticket_ttl_s`` seconds (``wall_clock``: Unix seconds)
+        at the robot's replica, in place of the key (:mod:`armory.transports.tickets`)."""
+        if not 0 < ticket_ttl_s <= MAX_TICKET_TTL_S:
+            raise ValueError(
+                f"ticket_ttl_s must be in (0, {MAX_TICKET_TTL_S:g}], got {ticket_ttl_s}"
+            )
         if placement.num_replicas != len(table.slots):
             raise ValueError(
                 f"placement has {placement.num_replicas} replicas, the table "
@@ -60,6 +74,8 @@ class FrontDoor:
         self.host = host
         self._requested_port = port
         self._api_key = api_key
+        self._ticket_ttl_s = ticket_ttl_s
+        self._wall_clock = wall_clock
         self._server: Server | None = None
         self._anonymous: deque[str] = deque()
         self._num_anonymous = 0
@@ -201,5 +217,14 @@ class FrontDoor:
         return (
             HTTPStatus.TEMPORARY_REDIRECT,
             f"robot served at {doors['openpi']}\n",
-            doors["openpi"],
+            self._location(doors["openpi"], address.replica_id, request.robot),
         )
+
+    def _location(self, door_uri: str, replica_id: str, robot: str | None) -> str:
+        """Where a robot is redirected: its replica's openpi door, with a ticket there in
+        place of the API key when the cluster has one."""
+        if self._api_key is None:
+            return door_uri
+        expires_s = self._wall_clock() + self._ticket_ttl_s
+        query = ticket_query(self._api_key, audience=replica_id, robot=robot, expires_s=expires_s)
+        return f"{door_uri}/?{query}"

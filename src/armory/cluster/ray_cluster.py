@@ -53,7 +53,7 @@ class ServerRecipe(Protocol):
     groot: GrootDoorConfig
     lerobot: LeRobotDoorConfig
 
-    def make_server(self) -> ArmoryServer: ...
+    def make_server(self, *, ticket_audience: str | None = None) -> ArmoryServer: ...
 
 
 logger = logging.getLogger(__name__)
@@ -125,7 +125,8 @@ class ArmoryReplica:
 
         from armory.serve import ServerThread
 
-        server = serve.make_server()
+        replica_id = uuid.uuid4().hex
+        server = serve.make_server(ticket_audience=replica_id)
         self._thread = ServerThread(server).start()
         host = advertised_host or serve.host
         if host in _WILDCARDS:
@@ -138,7 +139,7 @@ class ArmoryReplica:
         groot = doors.get("GrootZmqTransport")
         lerobot = doors.get("LeRobotGrpcTransport")
         self.address = ReplicaAddress(
-            replica_id=uuid.uuid4().hex,
+            replica_id=replica_id,
             host=host,
             openpi_port=server.port,
             groot_port=getattr(groot, "port", None),

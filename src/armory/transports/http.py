@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
+from armory.transports.tickets import TicketGate, TicketRefused, has_ticket
+
 HEALTH_PATH = "/healthz"
 STATS_PATH = "/stats"
 AUTH_HEADER = "Authorization"
@@ -77,6 +79,7 @@ def route(
     max_connections: int | None = None,
     num_connections: int = 0,
     pages: Mapping[str, Page] | None = None,
+    tickets: TicketGate | None = None,
 ) -> HttpAnswer | Awaitable[HttpAnswer] | None:
     """The answer to an HTTP request on the WebSocket port, or None to go on with the
     WebSocket handshake.
@@ -86,17 +89,16 @@ def route(
     ``/stats`` answers the engine's counters as JSON, each of ``pages`` its own answer;
     a handshake while
     ``num_connections`` robots hold all ``max_connections`` is refused with 503.
+    ``path`` may carry a query: with ``tickets`` (a replica of ``armory cluster``) a
+    robot's handshake at ``/`` is let in by a front-door ticket in place of the key.
     """
-    path = path.split("?", 1)[0]
+    target, path = path, path.split("?", 1)[0]
     if path == HEALTH_PATH:
         return HttpAnswer(HTTPStatus.OK, "OK\n")
     if not api_key_ok(auth_header, api_key):
-        return HttpAnswer(
-            HTTPStatus.UNAUTHORIZED,
-            f"missing or wrong API key: send the header '{AUTH_HEADER}: {AUTH_SCHEME} <key>' "
-            "(a browser: any user name, the key as password)\n",
-            headers=(("WWW-Authenticate", f'{BASIC_SCHEME} realm="armory"'),),
-        )
+        refusal = _refusal_without_key(target, path, tickets)
+        if refusal is not None:
+            return refusal
     page = (pages or {}).get(path)
     if page is not None:
         return page()
@@ -109,5 +111,25 @@ def route(
             HTTPStatus.SERVICE_UNAVAILABLE,
             f"{num_connections} robots are connected, the most this door serves "
             "(--server.max-connections); try again later\n",
+        )
+    return None
+
+
+def _refusal_without_key(target: str, path: str, tickets: TicketGate | None) -> HttpAnswer | None:
+    """The 401 for a request without the API key, or None when a robot's handshake
+    carries a front-door ticket that admits it."""
+    if tickets is None or path != "/" or not has_ticket(target):
+        return HttpAnswer(
+            HTTPStatus.UNAUTHORIZED,
+            f"missing or wrong API key: send the header '{AUTH_HEADER}: {AUTH_SCHEME} <key>' "
+            "(a browser: any user name, the key as password)\n",
+            headers=(("WWW-Authenticate", f'{BASIC_SCHEME} realm="armory"'),),
+        )
+    try:
+        tickets.admit(target)
+    except TicketRefused as exc:
+        return HttpAnswer(
+            HTTPStatus.UNAUTHORIZED,
+            f"front-door ticket refused: {exc}; connect through the cluster's front door again\n",
         )
     return None

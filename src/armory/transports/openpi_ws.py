@@ -59,6 +59,7 @@ from armory.transports.openpi_protocol import (
     metadata_map,
 )
 from armory.transports.sessions import SessionRegistry
+from armory.transports.tickets import TicketGate
 from armory.transports.tls import server_ssl_context
 
 logger = logging.getLogger(__name__)
@@ -78,12 +79,16 @@ class OpenpiWebSocketTransport(Transport):
         port: int = 8000,
         # Security
         api_key: str | None = None,
+        tickets: TicketGate | None = None,
     ) -> None:
-        """Limits and timeouts come from ``engine.config``; ``port=0`` picks a free port."""
+        """Limits and timeouts come from ``engine.config``; ``port=0`` picks a free port.
+        ``tickets`` (a replica of ``armory cluster``) lets robots in with a front-door
+        ticket in place of the key (:mod:`armory.transports.tickets`)."""
         self.engine = engine
         self.host = host
         self._requested_port = port
         self._api_key = api_key or None
+        self._tickets = tickets
         self._server: Server | None = None
         self.connections: SessionRegistry[ServerConnection, OpenpiConnection] = SessionRegistry(
             engine,
@@ -155,6 +160,7 @@ class OpenpiWebSocketTransport(Transport):
             max_connections=None if live_feed else self.engine.config.max_connections,
             num_connections=num_robots,
             pages=self._pages,
+            tickets=self._tickets,
         )
         if answer is None and live_feed and len(self._viewers) >= MAX_LIVE_VIEWERS:
             answer = http.HttpAnswer(
