@@ -19,7 +19,8 @@ from websockets.asyncio.server import ServerConnection, serve
 
 HZ = 100.0
 E = 20
-DURATION_S = 0.5
+DURATION_S = 1.5
+"""Long against the start-up (connection, first reply), which a loaded machine stretches."""
 TICKS = int(DURATION_S * HZ)
 
 

@@ -75,6 +75,7 @@ def test_request_timeout_when_server_never_answers(fake_server) -> None:
         with pytest.raises(RequestTimeout, match=r"0\.2 s"):
             client.infer({"x": 1})
         assert 0.15 < time.monotonic() - start_s < 2.0
+        client.connect()  # the timeout closed the connection: open it on the connect budget
         with pytest.raises(RequestTimeout, match=r"0\.05 s"):
             client.infer({"x": 2}, timeout_s=0.05)
 
