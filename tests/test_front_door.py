@@ -175,6 +175,37 @@ def test_clients_follow_the_redirect_and_the_supervisor_retires_a_dead_replica()
     asyncio.run(scenario())
 
 
+def test_the_supervisor_probes_every_replica_of_a_round_at_once() -> None:
+    """Announced replicas that never answer are probed beside the held ones, not one after
+    another: a round waits for one timeout however many of them there are; the silent
+    ones are not admitted, the answering one is, and the held one stays."""
+    from armory.cluster.health import Probe
+
+    door = _door(num_slots=3)
+    door.replica_down(1)
+    door.replica_down(2)
+    announced = [_address(f"silent-{k}", 9500 + 10 * k) for k in range(3)]
+    announced.append(_address("fresh", 9600))
+    in_flight = peak = 0
+
+    class Watched(Supervisor):
+        async def _probe(self, address: ReplicaAddress) -> Probe:
+            nonlocal in_flight, peak
+            in_flight += 1
+            peak = max(peak, in_flight)
+            await asyncio.sleep(0.01)
+            in_flight -= 1
+            return Probe(alive=not address.replica_id.startswith("silent"))
+
+    async def registry() -> list[ReplicaAddress]:
+        return announced
+
+    supervisor = Watched(door, registry, SupervisorConfig(period_s=0.05, timeout_s=1.0))
+    asyncio.run(supervisor.round())
+    assert peak == 5  # three silent, the fresh one and the held r0
+    assert [a.replica_id if a else None for a in door.table.slots] == ["r0", "fresh", None]
+
+
 def test_cluster_cli_refuses_bad_options(capsys: pytest.CaptureFixture[str]) -> None:
     """armory cluster names a bad placement or replica count in one line, starting nothing."""
     from armory.cli import main

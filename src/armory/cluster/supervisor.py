@@ -78,13 +78,19 @@ class Supervisor:
     async def round(self) -> None:
         """Admit replicas that announced themselves and answer; retire dead ones."""
         table = self.door.table
-        for address in await self._announced():
-            if table.slot_of(address.replica_id) is None and address.replica_id not in self._misses:
-                probe = await self._probe(address)
-                if probe.alive and self.door.replica_up(address, probe.profile) is not None:
-                    self._misses[address.replica_id] = 0
+        new = [
+            address
+            for address in await self._announced()
+            if table.slot_of(address.replica_id) is None and address.replica_id not in self._misses
+        ]
         held = [(slot, a) for slot, a in enumerate(table.slots) if a is not None]
-        probes = await asyncio.gather(*(self._probe(a) for _, a in held))
+        # All at once: a replica that never answers costs one timeout per round, not one
+        # timeout per round for each such replica before the others are looked at.
+        probes = await asyncio.gather(*(self._probe(a) for a in [*new, *(a for _, a in held)]))
+        for address, probe in zip(new, probes[: len(new)], strict=True):
+            if probe.alive and self.door.replica_up(address, probe.profile) is not None:
+                self._misses[address.replica_id] = 0
+        probes = probes[len(new) :]
         for (slot, address), probe in zip(held, probes, strict=True):
             if probe.alive:
                 self._misses[address.replica_id] = 0
