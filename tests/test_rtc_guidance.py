@@ -68,6 +68,23 @@ def test_guidance_pads_the_previous_plan_and_cuts_the_horizon() -> None:
         rtc_guidance(obs | {"rtc_delay": 3}, rows=6, action_dim=3, schedule="ones")
 
 
+def test_guidance_refuses_a_delay_that_is_not_a_count_of_chunk_rows() -> None:
+    """rtc_delay must be an integer (a NumPy one too; a float is not rounded) and no
+    longer than the chunk; the cut execution horizon is kept for a model's guidance."""
+    obs = {"rtc_prefix": np.ones((5, 2), np.float32), "rtc_remainder": np.ones((4, 2))}
+    for delay in (1.5, "2", True, np.array([1, 2])):
+        with pytest.raises(ValueError, match="rtc_delay must be an integer, got"):
+            rtc_guidance(obs | {"rtc_delay": delay}, rows=6, action_dim=2, schedule="exp")
+    with pytest.raises(ValueError, match="rtc_delay 5 is longer than the chunk's 4 rows"):
+        rtc_guidance(obs | {"rtc_delay": 5}, rows=4, action_dim=2, schedule="exp")
+    guidance = rtc_guidance(
+        obs | {"rtc_delay": np.int32(2)}, rows=6, action_dim=2, schedule="exp", execution_horizon=7
+    )
+    assert guidance is not None and (guidance.delay, guidance.execution_horizon) == (2, 7)
+    guidance = rtc_guidance(obs | {"rtc_delay": 2}, rows=6, action_dim=2, schedule="exp")
+    assert guidance is not None and guidance.execution_horizon == 9
+
+
 def test_soft_inpaint_blends_by_weight() -> None:
     """Each row is w * previous + (1 - w) * chunk."""
     obs = {"rtc_prefix": np.full((1, 1), 10.0, np.float32), "rtc_remainder": np.full((3, 1), 10.0)}

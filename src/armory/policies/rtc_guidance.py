@@ -92,6 +92,9 @@ class RtcGuidance:
     """d: the frozen rows (``rtc_delay``)."""
     num_previous: int
     """Rows of the previous plan sent (before padding)."""
+    execution_horizon: int
+    """Rows guided by the previous plan: the configured horizon cut to `num_previous`
+    (the ``execution_horizon`` LeRobot's RTC is called with)."""
 
 
 def rtc_guidance(
@@ -106,7 +109,8 @@ def rtc_guidance(
     None when it sends no previous plan. The execution horizon (default: the whole
     plan sent) is cut to the plan's length, as LeRobot's RTC does.
 
-    Raises ValueError for entries of the wrong width or a delay longer than the prefix.
+    Raises ValueError for entries of the wrong width, or an ``rtc_delay`` that is not an
+    integer, is longer than the prefix or than the chunk.
     """
     parts = [obs.get(RTC_PREFIX_KEY), obs.get(RTC_REMAINDER_KEY)]
     plans = [np.asarray(p, np.float32) for p in parts if p is not None and len(p)]
@@ -119,9 +123,11 @@ def rtc_guidance(
             )
     plan = np.concatenate(plans)
     prefix_rows = 0 if parts[0] is None else len(parts[0])
-    delay = int(obs.get(RTC_DELAY_KEY, prefix_rows))
+    delay = _delay(obs.get(RTC_DELAY_KEY, prefix_rows))
     if not 0 <= delay <= prefix_rows:
         raise ValueError(f"rtc_delay {delay} is outside [0, {prefix_rows}] (the prefix's rows)")
+    if delay > rows:
+        raise ValueError(f"rtc_delay {delay} is longer than the chunk's {rows} rows")
     horizon = len(plan) if execution_horizon is None else min(execution_horizon, len(plan))
     previous = np.zeros((rows, action_dim), np.float32)
     previous[: min(rows, len(plan))] = plan[:rows]
@@ -130,7 +136,17 @@ def rtc_guidance(
         weights=prefix_weights(delay, horizon, rows, schedule),
         delay=delay,
         num_previous=len(plan),
+        execution_horizon=horizon,
     )
+
+
+def _delay(value: Any) -> int:
+    """``rtc_delay`` as an int: an integer, a NumPy integer or a 0-d integer array
+    (ValueError naming it otherwise; a float is refused, not rounded)."""
+    array = np.asarray(value)
+    if isinstance(value, bool) or array.shape != () or array.dtype.kind not in "iu":
+        raise ValueError(f"rtc_delay must be an integer, got {value!r}")
+    return int(array)
 
 
 def soft_inpaint(chunk: np.ndarray, guidance: RtcGuidance | None) -> np.ndarray:
