@@ -266,12 +266,18 @@ print("ok")
 def test_fixed_noise_answers_only_the_draw_of_its_shape() -> None:
     """GR00T's fixed noise: a draw of shape (batch, *tile) gets the tile for every sample
     (in the dtype asked), counted once per draw; draws of any other shape stay random."""
+    assert_script_ok(_FIXED_NOISE_SCRIPT, timeout_s=120)
+
+
+def assert_script_ok(script: str, *, timeout_s: float) -> None:
+    """Run ``script`` in LeRobot's environment (Armory's source on its path, the hub
+    offline); it must print ``ok`` and exit 0."""
     done = subprocess.run(
-        [PYTHON, "-c", _FIXED_NOISE_SCRIPT],
+        [PYTHON, "-c", script],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout_s,
         check=False,
-        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1"},
     )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

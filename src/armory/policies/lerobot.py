@@ -5,12 +5,15 @@ The worker runs the ``lerobot`` backend (:mod:`armory.workers.backends.lerobot`)
 policy's own pre- and post-processors around one batched ``predict_action_chunk``.
 The declared inputs are the policy's ``input_features`` under their LeRobot names
 (``observation.images.<camera>`` as uint8 (H, W, 3) images, ``observation.state``
-as float32) plus an optional ``task`` text.
+as float32) plus an optional ``task`` text. With ``--policy.rtc-schedule`` (pi0, pi0.5,
+SmolVLA) a robot's real-time-chunking request is denoised with LeRobot's RTC guidance
+towards its previous plan (:mod:`armory.workers.backends.lerobot_rtc`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 from dataclasses import dataclass, field
@@ -19,8 +22,10 @@ from typing import Any
 
 import armory
 from armory.policies.noise import NoiseConfig
+from armory.policies.rtc_guidance import RTC_SCHEDULES
 from armory.policies.worker_policy import WorkerOptions, WorkerPolicy
 from armory.workers.backends.lerobot import LOCAL_BACKBONES
+from armory.workers.backends.lerobot_rtc import RTC_TYPES
 from armory.workers.backends.tiny_backbones import SIZES as BACKBONE_SIZES
 from armory.workers.process import WorkerSpec
 
@@ -68,6 +73,15 @@ class LeRobotPolicyConfig:
     """LeRobot's interpreter; empty: $ARMORY_LEROBOT_PYTHON, else scripts/lerobot-env.sh's."""
     noise: NoiseConfig = field(default_factory=NoiseConfig)
     """Fixed noise for flow/diffusion policies (diffusion, pi0, pi05, smolvla, groot)."""
+    rtc_schedule: str | None = None
+    """Real-time chunking with LeRobot's RTC guidance (pi0, pi05, smolvla): the prefix
+    schedule, ``zeros``, ``ones``, ``linear`` or ``exp``; a request with ``rtc_prefix`` /
+    ``rtc_remainder`` / ``rtc_delay`` is denoised towards the robot's previous plan.
+    None: those entries are ignored."""
+    rtc_execution_horizon: int | None = None
+    """Real-time chunking: rows guided by the previous plan (None: all it sends)."""
+    rtc_max_guidance_weight: float = 10.0
+    """Real-time chunking: LeRobot's cap on the guidance weight of a denoising step."""
     worker: WorkerOptions = field(default_factory=WorkerOptions)
     """Start-up timeout, watchdog and profiling of the worker."""
 
@@ -99,12 +113,38 @@ class LeRobotPolicyConfig:
                     f"--policy.backbone: no local backbone for --policy.type {self.type}; types "
                     f"with one: {', '.join(sorted(LOCAL_BACKBONES))}"
                 )
+        self._check_rtc()
         try:
             overrides = json.loads(self.overrides)
         except json.JSONDecodeError as exc:
             raise ValueError(f"--policy.overrides is not JSON: {exc}") from exc
         if not isinstance(overrides, dict):
             raise ValueError(f"--policy.overrides must be a JSON object, got {self.overrides!r}")
+
+    def _check_rtc(self) -> None:
+        if self.rtc_schedule is None:
+            if self.rtc_execution_horizon is not None:
+                raise ValueError("--policy.rtc-execution-horizon needs --policy.rtc-schedule")
+            return
+        if self.rtc_schedule not in RTC_SCHEDULES:
+            raise ValueError(
+                f"unknown --policy.rtc-schedule {self.rtc_schedule!r}; valid: "
+                f"{', '.join(RTC_SCHEDULES)}"
+            )
+        if self.type is not None and self.type not in RTC_TYPES:
+            raise ValueError(
+                f"--policy.rtc-schedule: LeRobot's RTC guidance is not served for "
+                f"--policy.type {self.type}; types with it: {', '.join(sorted(RTC_TYPES))}"
+            )
+        if self.rtc_execution_horizon is not None and self.rtc_execution_horizon < 0:
+            raise ValueError(
+                f"--policy.rtc-execution-horizon must be >= 0, got {self.rtc_execution_horizon}"
+            )
+        if not (math.isfinite(self.rtc_max_guidance_weight) and self.rtc_max_guidance_weight > 0):
+            raise ValueError(
+                "--policy.rtc-max-guidance-weight must be a finite number > 0, got "
+                f"{self.rtc_max_guidance_weight}"
+            )
 
     def spec(self, python: str) -> WorkerSpec:
         """The worker to start under ``python``."""
@@ -114,6 +154,12 @@ class LeRobotPolicyConfig:
             "cpu_threads": self.cpu_threads,
             "overrides": json.loads(self.overrides),
         }
+        if self.rtc_schedule is not None:
+            options["rtc"] = {
+                "schedule": self.rtc_schedule,
+                "execution_horizon": self.rtc_execution_horizon,
+                "max_guidance_weight": self.rtc_max_guidance_weight,
+            }
         if self.path is not None:
             options["path"] = str(Path(self.path).expanduser().resolve())
         else:
@@ -138,7 +184,11 @@ class LeRobotPolicyConfig:
                 f"--policy.path {self.path} is not a LeRobot checkpoint (no config.json)"
             )
         return WorkerPolicy(
-            self.spec(self.python or lerobot_python()), self.worker, noise=self.noise
+            self.spec(self.python or lerobot_python()),
+            self.worker,
+            noise=self.noise,
+            rtc_schedule=self.rtc_schedule,
+            rtc_execution_horizon=self.rtc_execution_horizon,
         )
 
 

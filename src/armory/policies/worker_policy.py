@@ -9,6 +9,14 @@ worker that cannot start raises :class:`~armory.workers.errors.WorkerStartError`
 its reason and last output, from the constructor (so from ``make()``, before the
 server listens).
 
+Real-time chunking: with ``rtc_schedule`` set, each robot's ``rtc_prefix``,
+``rtc_remainder`` and ``rtc_delay`` are checked here (a bad one fails that
+observation before the worker sees it) and reach the worker as its previous plan,
+zero-padded to the chunk (:func:`~armory.policies.rtc_guidance.rtc_guidance`), with
+its delay and execution horizon (the worker wire's ``rtc.*`` entries); the backend
+guides its model with them. ``rtc_prefix`` and ``rtc_remainder`` are then declared
+as optional inputs.
+
 ``policy:mock-worker`` runs the numpy mock backend in a worker on the server's own
 interpreter: the worker machinery without torch.
 """
@@ -24,10 +32,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from armory_client.wire import RTC_PREFIX_KEY, RTC_REMAINDER_KEY
 
 from armory.core.latency_profile import LatencyProfile
 from armory.policies.base import InputSpec, Policy, PolicyMetadata
 from armory.policies.noise import NoiseConfig, NoiseTicket, make_noise
+from armory.policies.rtc_guidance import rtc_guidance
 from armory.workers import wire
 from armory.workers.arena import Arena
 from armory.workers.errors import (
@@ -81,11 +91,17 @@ class WorkerPolicy(Policy):
         options: WorkerOptions | None = None,
         *,
         noise: NoiseConfig | None = None,
+        rtc_schedule: str | None = None,
+        rtc_execution_horizon: int | None = None,
     ) -> None:
-        """Start the worker and wait until it is ready; WorkerStartError when it cannot."""
+        """Start the worker and wait until it is ready; WorkerStartError when it cannot.
+        ``rtc_schedule`` (a prefix-weight schedule) forwards real-time-chunking requests
+        to a backend that guides with them, ``rtc_execution_horizon`` rows at most."""
         self.spec = spec
         self.options = options or WorkerOptions()
         self._noise_config = noise or NoiseConfig()
+        self._rtc_schedule = rtc_schedule
+        self._rtc_execution_horizon = rtc_execution_horizon
         self.noise: NoiseTicket | None = None
         """The fixed noise sent to every worker (None: the model's own)."""
         self._info: dict[str, Any] | None = None
@@ -171,16 +187,37 @@ class WorkerPolicy(Policy):
 
     def _place(self, observations: Sequence[Mapping[str, Any]]) -> tuple[wire.Layout, int]:
         """Copy the batch's declared inputs into the arena; (layout, reply offset)."""
-        inputs = self._metadata.inputs
-        layout = wire.plan_layout(
-            [{key: obs[key] for key in inputs if key in obs} for obs in observations]
-        )
+        layout = wire.plan_layout([self._worker_entries(obs) for obs in observations])
         meta = self._metadata
         reply_bytes = len(observations) * meta.action_horizon * meta.action_dim * 4
         arena = self._ensure_arena(layout.num_bytes + reply_bytes)
         for offset, array in layout.placements:
             arena.write(offset, array)
         return layout, layout.num_bytes
+
+    def _worker_entries(self, obs: Mapping[str, Any]) -> dict[str, Any]:
+        """What the worker gets of one observation: its declared inputs, the robot's
+        real-time-chunking entries replaced by the worker wire's ``rtc.*`` ones.
+
+        Raises ValueError naming a bad ``rtc_prefix``/``rtc_remainder``/``rtc_delay``."""
+        meta = self._metadata
+        entries = {key: obs[key] for key in meta.inputs if key in obs}
+        if self._rtc_schedule is None:
+            return entries
+        guidance = rtc_guidance(
+            obs,
+            rows=meta.action_horizon,
+            action_dim=meta.action_dim,
+            schedule=self._rtc_schedule,
+            execution_horizon=self._rtc_execution_horizon,
+        )
+        entries.pop(RTC_PREFIX_KEY, None)
+        entries.pop(RTC_REMAINDER_KEY, None)
+        if guidance is not None:
+            entries[wire.RTC_PREVIOUS] = guidance.previous
+            entries[wire.RTC_DELAY] = np.int64(guidance.delay)
+            entries[wire.RTC_EXECUTION_HORIZON] = np.int64(guidance.execution_horizon)
+        return entries
 
     def _request(self, placed: tuple[wire.Layout, int]) -> tuple[dict[str, Any], int]:
         """The infer message for a placed batch, and its id."""
@@ -359,6 +396,9 @@ class WorkerPolicy(Policy):
             )
             for key, spec in info["inputs"].items()
         }
+        if self._rtc_schedule is not None:
+            plan = InputSpec(shape=(None, int(info["action_dim"])), required=False)
+            inputs.update({RTC_PREFIX_KEY: plan, RTC_REMAINDER_KEY: plan})
         return PolicyMetadata(
             name=info["name"],
             action_horizon=int(info["action_horizon"]),

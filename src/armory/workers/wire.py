@@ -35,6 +35,17 @@ class WireError(ValueError):
     """A malformed frame or message (a bug on the other side, never a robot's fault)."""
 
 
+RTC_PREVIOUS = "rtc.previous"
+"""Worker-side observation entry of a real-time-chunking request: (rows, action_dim)
+float32, the robot's previous plan (its ``rtc_prefix`` then ``rtc_remainder``, in its own
+units) zero-padded to the chunk's rows."""
+RTC_DELAY = "rtc.delay"
+"""Worker-side entry beside :data:`RTC_PREVIOUS`: int64 scalar, d, the frozen rows."""
+RTC_EXECUTION_HORIZON = "rtc.execution_horizon"
+"""Worker-side entry beside :data:`RTC_PREVIOUS`: int64 scalar, the rows guided by the
+previous plan (the configured horizon cut to the plan's length)."""
+
+
 # ---- framing ---------------------------------------------------------------------
 
 

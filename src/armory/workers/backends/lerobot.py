@@ -35,6 +35,11 @@ One adapter for every policy type LeRobot's factory builds:
   (:data:`DRAWN_NOISE_TYPES`), gets the tile in place of that draw. A configuration
   that fixed noise cannot make reproducible (:func:`ticket_blockers`: a DDPM sampler,
   a compiled model) refuses the noise at start-up, naming the setting to change.
+- **Real-time chunking.** ``rtc`` (``schedule``, ``execution_horizon``,
+  ``max_guidance_weight``) turns on LeRobot's RTC guidance for the types of
+  :data:`~armory.workers.backends.lerobot_rtc.RTC_TYPES`; a batch is split into one
+  ``predict_action_chunk`` per inference delay and horizon, plus one of the requests
+  without a previous plan (:mod:`armory.workers.backends.lerobot_rtc`).
 """
 
 from __future__ import annotations
@@ -52,6 +57,13 @@ from typing import Any
 import numpy as np
 
 from armory.workers.backends.base import Backend, BackendInfo
+from armory.workers.backends.lerobot_rtc import (
+    GuidanceKey,
+    ModelSpacePlans,
+    check_rtc_type,
+    enable_rtc,
+    guidance_groups,
+)
 
 IMAGE_PREFIX = "observation.images."
 """LeRobot's prefix of a camera feature."""
@@ -116,6 +128,7 @@ class LeRobotBackend(Backend):
         task_key: str = "task",
         backbone: str | None = None,
         cpu_threads: int | None = None,
+        rtc: Mapping[str, Any] | None = None,
     ) -> None:
         import torch
 
@@ -127,6 +140,8 @@ class LeRobotBackend(Backend):
         overrides = dict(overrides or {})
         if backbone and not type:
             raise ValueError("a local backbone is built only for --policy.type (random weights)")
+        if rtc and type:  # before the model is built; a checkpoint's type is checked after
+            check_rtc_type(type)
         # A local backbone's folder lives until the first batch: processors load lazily.
         with contextlib.ExitStack() as stack:
             if path:
@@ -145,6 +160,10 @@ class LeRobotBackend(Backend):
             else:
                 raise ValueError("give a checkpoint path or a policy type")
             self.policy.eval()
+            self._plans: ModelSpacePlans | None = None
+            if rtc:
+                enable_rtc(self.policy, self.config, **rtc)
+                self._plans = ModelSpacePlans(self.pre, self._device)
             self._inputs = _declared_inputs(self.config, task_key)
             self._images = [key for key, spec in self._inputs.items() if spec["dtype"] == "uint8"]
             self._vectors = [
@@ -164,7 +183,10 @@ class LeRobotBackend(Backend):
             action_dim=int(probe.shape[2]),
             inputs=self._inputs,
             noise_shape=self._noise_shape,
-            extra=_identity(self.config.type, path, self._device),
+            extra={
+                **_identity(self.config.type, path, self._device),
+                **{f"rtc_{name}": value for name, value in (rtc or {}).items()},
+            },
         )
 
     def info(self) -> BackendInfo:
@@ -187,7 +209,19 @@ class LeRobotBackend(Backend):
         self._noise = self._torch.from_numpy(np.array(noise, dtype=np.float32)).to(self._device)
 
     def infer(self, observations: Sequence[Mapping[str, Any]]) -> np.ndarray:
-        return self._predict(observations)
+        groups = guidance_groups(observations)
+        if list(groups) == [None]:
+            return self._predict(observations)
+        if self._plans is None:
+            raise ValueError("real-time-chunking entries sent to a policy without RTC guidance")
+        chunks: np.ndarray | None = None
+        for key, indices in groups.items():
+            part = self._predict([observations[index] for index in indices], key)
+            if chunks is None:
+                chunks = np.empty((len(observations), *part.shape[1:]), np.float32)
+            chunks[indices] = part
+        assert chunks is not None
+        return chunks
 
     def peak_memory_bytes(self) -> int | None:
         if self._device.type == "cuda":
@@ -196,7 +230,12 @@ class LeRobotBackend(Backend):
 
     # ---- internals -----------------------------------------------------------------
 
-    def _predict(self, observations: Sequence[Mapping[str, Any]]) -> np.ndarray:
+    def _predict(
+        self, observations: Sequence[Mapping[str, Any]], guidance: GuidanceKey = None
+    ) -> np.ndarray:
+        """One ``predict_action_chunk`` of ``observations``, guided by their previous plans
+        with (d, horizon) = ``guidance`` when given (under ``no_grad``: LeRobot's guidance
+        needs autograd), else plain (under ``inference_mode``)."""
         torch = self._torch
         batch: dict[str, Any] = {}
         for key in self._images:  # (B, H, W, C) uint8 -> (B, C, H, W) float in [0, 1]
@@ -205,13 +244,18 @@ class LeRobotBackend(Backend):
         for key in self._vectors:
             batch[key] = torch.from_numpy(np.stack([obs[key] for obs in observations])).float()
         batch["task"] = [str(obs.get(self._task_key) or "") for obs in observations]
-        with torch.inference_mode():
+        kwargs: dict[str, Any] = {}
+        if guidance is not None:
+            assert self._plans is not None
+            kwargs["prev_chunk_left_over"] = self._plans(observations)
+            kwargs["inference_delay"], kwargs["execution_horizon"] = guidance
+        grad_mode = torch.inference_mode() if guidance is None else torch.no_grad()
+        with grad_mode:
             batch = self.pre(batch)
             if self._history:
                 for key in (*self._images, *self._vectors):
                     value = batch[key].unsqueeze(1)
                     batch[key] = value.expand(-1, self._history, *value.shape[2:])
-            kwargs = {}
             drawn_noise: Any = contextlib.nullcontext()
             if self._noise is not None and self.config.type in DRAWN_NOISE_TYPES:
                 drawn_noise = _fixed_draws(self._noise)
