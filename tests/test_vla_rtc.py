@@ -43,13 +43,18 @@ def rtc_config() -> LeRobotPolicyConfig:
     return dataclasses.replace(vla_config("pi05"), rtc_schedule="linear")
 
 
-@pytest.fixture(scope="module")
-def rtc_policy() -> Iterator[WorkerPolicy]:
-    """One tiny pi0.5 worker with RTC for the module; always stopped."""
+def skip_without_pi05() -> None:
+    """Skip the test without LeRobot's environment or its pi extra (as test_vla_lerobot)."""
     if not PYTHON:
         pytest.skip("$ARMORY_LEROBOT_PYTHON is not set (scripts/lerobot-env.sh)")
     if not has_vla_extras("pi05"):
         pytest.skip("LeRobot's environment lacks pi0.5's modules: rebuild scripts/lerobot-env.sh")
+
+
+@pytest.fixture(scope="module")
+def rtc_policy() -> Iterator[WorkerPolicy]:
+    """One tiny pi0.5 worker with RTC for the module; always stopped."""
+    skip_without_pi05()
     policy = rtc_config().make()
     try:
         yield policy
@@ -230,6 +235,7 @@ def test_the_plan_is_guided_in_the_policys_normalised_space() -> None:
     """With dataset statistics (actions in [40, 60]), a robot's plan in its own units
     still pulls the frozen rows onto it (the worker normalises it as the model's output
     was; sent unnormalised, the rows would land hundreds of units away)."""
+    skip_without_pi05()
     assert_script_ok(_NORMALISED_PLAN_SCRIPT, timeout_s=300)
 
 
