@@ -133,7 +133,9 @@ class ModelSpacePlans:
         from lerobot.processor import TransitionKey, create_transition
 
         plans = np.stack([np.asarray(obs[RTC_PREVIOUS], np.float32) for obs in observations])
-        plan = torch.from_numpy(plans).to(self._device)
+        # Normalised on the CPU, where the preprocessor normalises the state: the step
+        # moves its statistics to each tensor's device.
+        plan = torch.from_numpy(plans)
         if self._normalizer is not None:
             plan = self._normalizer(create_transition(action=plan))[TransitionKey.ACTION]
         return plan.to(self._device, torch.float32)
