@@ -104,9 +104,9 @@ def main() -> None:
         reports = [json.loads(out.read_text()) for child, out in children if child.returncode == 0]
     failed = sum(child.returncode != 0 for child, _ in children)
     client_errors = sum(r["timing"]["num_request_errors"] for r in reports)
-    starvation = sum(
-        robot["starvation"] for r in reports for robot in r["robots"]
-    ) / max(sum(len(r["robots"]) for r in reports), 1)
+    starvation = sum(robot["starvation"] for r in reports for robot in r["robots"]) / max(
+        sum(len(r["robots"]) for r in reports), 1
+    )
     settled = [s for s in samples if s[0] >= 60.0] or samples
     print(
         f"soak: {args.robots} robots in {args.processes} processes, {args.duration:g} s, "

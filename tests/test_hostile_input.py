@@ -56,9 +56,13 @@ async def serve_good(engine: ServerEngine, name: str = "good", step: int = 0) ->
         ("round_trip_s", 1e300),
         ("defer_after_s", 1e-9),
     ],
-    ids=lambda value: f"{value:.3}" if isinstance(value, float) else f"{value.bit_length()}bits"
-    if isinstance(value, int)
-    else None,
+    ids=lambda value: (
+        f"{value:.3}"
+        if isinstance(value, float)
+        else f"{value.bit_length()}bits"
+        if isinstance(value, int)
+        else None
+    ),
 )
 def test_numbers_outside_the_sane_ranges_are_refused(field: str, value: Any) -> None:
     """Every number of the state map has a documented range; outside it, a ValueError
@@ -208,6 +212,7 @@ def test_a_scheduler_failure_refuses_only_the_robot_that_caused_it() -> None:
         try:
             sessions = [engine.open_session(peer=f"p{i}") for i in range(6)]
             poison = engine.open_session(peer="poison")
+
             def good(i: int) -> Any:
                 obs = attach(make_obs(i), armory_state(f"r{i}"))
                 return engine.infer(sessions[i], obs, received_s=engine.clock())

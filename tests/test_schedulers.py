@@ -76,5 +76,3 @@ def test_factories_pass_the_config_options() -> None:
     assert lookahead.num_plans_scored == 3
     just_in_time = make_scheduler(SchedulerConfig(name="just-in-time", disabled_rules=("wait",)))
     assert just_in_time.disabled_rules == {"wait"}
-
-
