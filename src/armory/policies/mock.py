@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from armory_client.wire import RTC_PREFIX_KEY, RTC_REMAINDER_KEY
 
 from armory.core.latency_profile import (
     LatencyProfile,
@@ -43,10 +44,6 @@ from armory.policies.base import STR_DTYPE, InputSpec, Policy, PolicyMetadata
 from armory.policies.noise import NoiseConfig, make_noise
 from armory.policies.rtc_guidance import RTC_SCHEDULES, rtc_guidance, soft_inpaint
 
-RTC_PREFIX_KEY = "rtc_prefix"
-"""(d, action_dim) float actions the robot plays whatever the reply (real-time chunking)."""
-RTC_REMAINDER_KEY = "rtc_remainder"
-"""(n, action_dim) float: the rest of the robot's queue, the old plan."""
 _RTC_KEYS = (RTC_PREFIX_KEY, RTC_REMAINDER_KEY)
 
 MOCK_MAX_STEP = 0.05
