@@ -141,16 +141,19 @@ def test_unknown_preset_error_lists_every_valid_name() -> None:
     ("points", "match"),
     [
         ({}, "at least one"),
-        ({0: 0.1}, "positive integer"),
-        ({-1: 0.1}, "positive integer"),
-        ({1.5: 0.1}, "positive integer"),
+        ({0: 0.1}, "integer in 1..65536"),
+        ({-1: 0.1}, "integer in 1..65536"),
+        ({1.5: 0.1}, "integer in 1..65536"),
+        ({10**12: 0.1}, "integer in 1..65536"),
+        ({1: float("inf")}, "finite"),
         ({1: 0.0}, "positive"),
         ({1: -0.1}, "positive"),
         ({1: float("nan")}, "positive"),
     ],
 )
 def test_invalid_points_are_rejected(points: dict, match: str) -> None:
-    """Empty points, non-positive or fractional sizes and non-positive latencies raise."""
+    """Empty points, sizes that are not whole or beyond the bound, and latencies that are
+    not positive and finite raise."""
     with pytest.raises(ValueError, match=match):
         LatencyProfile(points)
 

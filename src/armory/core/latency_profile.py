@@ -13,6 +13,7 @@ a size with no samples yet keeps its configured value.
 from __future__ import annotations
 
 import bisect
+import math
 import statistics
 from collections import deque
 from collections.abc import Mapping
@@ -74,6 +75,11 @@ def points_for(name: str, linear: LinearProfileConfig | None = None) -> dict[int
     return dict(PRESET_POINTS[name])
 
 
+MAX_PROFILE_BATCH_SIZE = 65_536
+"""Largest batch size a latency point may name (the profile keeps a table up to its
+largest point)."""
+
+
 class LatencyProfile:
     """Seconds per forward pass as a function of batch size, learned online."""
 
@@ -81,10 +87,14 @@ class LatencyProfile:
         if not points:
             raise ValueError("a latency profile needs at least one (batch size, seconds) point")
         for size, seconds in points.items():
-            if int(size) != size or size < 1:
-                raise ValueError(f"batch size must be a positive integer, got {size!r}")
-            if not seconds > 0:
-                raise ValueError(f"latency must be positive, got {seconds!r} for batch size {size}")
+            if int(size) != size or not 1 <= size <= MAX_PROFILE_BATCH_SIZE:
+                raise ValueError(
+                    f"batch size must be an integer in 1..{MAX_PROFILE_BATCH_SIZE}, got {size!r}"
+                )
+            if not 0 < seconds < math.inf:
+                raise ValueError(
+                    f"latency must be positive and finite, got {seconds!r} for batch size {size}"
+                )
         self._configured = {int(b): float(s) for b, s in points.items()}
         self._window = window
         self._samples: dict[int, deque[float]] = {}
@@ -129,7 +139,7 @@ class LatencyProfile:
 
     def observe(self, batch_size: int, seconds: float) -> None:
         """Record one measured forward pass; called by the engine after every batch."""
-        if batch_size < 1 or not seconds > 0 or not np.isfinite(seconds):
+        if not 1 <= batch_size <= MAX_PROFILE_BATCH_SIZE or not 0 < seconds < np.inf:
             return
         samples = self._samples.setdefault(batch_size, deque(maxlen=self._window))
         samples.append(float(seconds))
