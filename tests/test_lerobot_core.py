@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -17,19 +20,24 @@ from armory.core.errors import (
     RequestError,
     ServerClosing,
 )
-from armory.engine.server_engine import Reply
+from armory.engine.server_engine import Reply, ServerEngine
 from armory.engine.session import Session
+from armory.policies.base import CONTEXT_CHUNK_START, Policy, PolicyMetadata
 from armory.policies.mock import MockPolicyConfig
+from armory.scheduling.registry import make_scheduler
 from armory.transports.lerobot_core import (
     NO_INSTRUCTIONS,
     CallRefused,
     LeRobotRobot,
+    Outgoing,
+    serve,
     status_of,
 )
 from armory.transports.lerobot_protocol import (
     ObservationMapping,
     PolicyInstructions,
     QueueEstimator,
+    TimedAction,
     TimedObservation,
     decode_actions,
 )
@@ -214,3 +222,94 @@ def test_a_closed_robot_drops_its_chunk_and_wakes_a_waiting_call() -> None:
     assert robot.closed and robot.take() is None and robot.num_unfetched == 1
     assert len(posts) == 2
     assert robot.next_call(0.05) is None
+
+
+# ---- chunk timesteps, through a running engine ---------------------------------------
+
+
+class StepPolicy(Policy):
+    """The mock's inputs; every value of row ``j`` is the step the row was planned for:
+    ``armory/chunk_start + j`` for a planner that asks for the chunk start (as the expert,
+    replay), ``j`` for one that does not (as a learned policy, whose rows the door numbers)."""
+
+    def __init__(self, *, plans_from_chunk_start: bool) -> None:
+        keys = (CONTEXT_CHUNK_START,) if plans_from_chunk_start else ()
+        self._metadata = dataclasses.replace(META, context_keys=keys)
+
+    @property
+    def metadata(self) -> PolicyMetadata:
+        return self._metadata
+
+    def infer_batch(self, observations: Sequence[Mapping[str, Any]]) -> list[np.ndarray]:
+        meta = self._metadata
+        steps = np.arange(meta.action_horizon, dtype=np.float32)[:, None]
+        return [
+            np.repeat(steps + obs.get(CONTEXT_CHUNK_START, 0), meta.action_dim, axis=1)
+            for obs in observations
+        ]
+
+
+TICK_S = 1 / 30
+"""The robot's control period (LeRobot's default 30 Hz, which the door assumes)."""
+
+
+def chunk_after_wait(policy: Policy, wait_ticks: int) -> tuple[list[TimedAction], Outgoing]:
+    """A robot fetches the chunk of its first observation (timestep 0), executes actions 0
+    to 4 and sends an observation of timestep 4, which waits ``wait_ticks`` ticks at the
+    door before the engine takes it: that observation's chunk as the robot decodes it, and
+    its outbox item."""
+    now_s = [0.0]
+    engine = ServerEngine(policy, make_scheduler("max-batch"), clock=lambda: now_s[0])
+    peer = "ipv4:127.0.0.1:5000"
+    robot = LeRobotRobot(
+        peer,
+        engine.open_session(peer=peer, door="lerobot"),
+        QueueEstimator(default_control_hz=30.0, chunk_size_threshold=0.5),
+        policy.metadata,
+    )
+    robot.instruct(instructions(actions_per_chunk=10), ObservationMapping())
+
+    async def main() -> Outgoing | None:
+        await engine.start()
+        try:
+            robot.observe(observation(0, 0.0), 0.0)
+            await serve(robot, engine)
+            first = robot.take()
+            assert first is not None and first.error is None
+            assert [a.timestep for a in decode_actions(first.payload)] == list(range(10))
+            robot.fetched(first)
+            robot.observe(observation(4, 4 * TICK_S), 4 * TICK_S)
+            now_s[0] = (4 + wait_ticks + 0.5) * TICK_S
+            await serve(robot, engine)
+            return robot.take()
+        finally:
+            await engine.stop()
+
+    item = asyncio.run(main())
+    assert item is not None and item.error is None, item
+    return decode_actions(item.payload), item
+
+
+@pytest.mark.parametrize("wait_ticks", [0, 3])
+def test_a_chunk_start_planners_rows_play_at_the_steps_it_planned(wait_ticks: int) -> None:
+    """The door numbers the rows from the observation's timestep (4) and the policy plans
+    row 0 for that step, however long the observation waited; the engine schedules with
+    its own chunk start, the robot's next action aged by the ticks waited (5 + wait)."""
+    actions, item = chunk_after_wait(StepPolicy(plans_from_chunk_start=True), wait_ticks)
+    assert [a.timestep for a in actions] == list(range(4, 14))
+    assert [float(a.action[0]) for a in actions] == [float(a.timestep) for a in actions]
+    assert item.reply is not None and item.chunk_start == item.reply.chunk_start
+    assert item.chunk_start == 5 + wait_ticks
+
+
+@pytest.mark.parametrize("wait_ticks", [0, 3])
+def test_a_learned_policys_rows_are_numbered_from_the_observations_timestep(
+    wait_ticks: int,
+) -> None:
+    """A policy that ignores the chunk start gets upstream's numbering: its row j has
+    timestep 4 + j (the robot drops row 0, which it executed)."""
+    actions, item = chunk_after_wait(StepPolicy(plans_from_chunk_start=False), wait_ticks)
+    assert [(a.timestep, float(a.action[0])) for a in actions] == [
+        (4 + row, float(row)) for row in range(10)
+    ]
+    assert item.chunk_start == 5 + wait_ticks

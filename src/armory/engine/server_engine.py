@@ -287,19 +287,36 @@ class ServerEngine:
     # ---- requests ------------------------------------------------------
 
     async def infer(
-        self, session: Session, observation: Mapping[str, Any], *, received_s: float
+        self,
+        session: Session,
+        observation: Mapping[str, Any],
+        *,
+        received_s: float,
+        planning_start: int | None = None,
     ) -> Reply:
         """Serve one observation map (as decoded, ``__armory__`` key included).
 
         Raises RequestError (to be sent to this robot) or SessionClosed.
         """
-        return await self.answer(self.accept(session, observation, received_s=received_s))
+        return await self.answer(
+            self.accept(session, observation, received_s=received_s, planning_start=planning_start)
+        )
 
     def accept(
-        self, session: Session, observation: Mapping[str, Any], *, received_s: float
+        self,
+        session: Session,
+        observation: Mapping[str, Any],
+        *,
+        received_s: float,
+        planning_start: int | None = None,
     ) -> AcceptedRequest:
         """Take one observation in, at once: validate it, update the mirror and hand it to
         the batch loop. :meth:`answer` then waits for its reply.
+
+        ``planning_start``: the action index the policy is told its chunk starts at
+        (``armory/chunk_start``) where the door numbers the chunk's rows from another index
+        than the engine's chunk start (the LeRobot door: the observation's timestep); None:
+        the engine's chunk start. The mirror schedules with its own index either way.
 
         Raises RequestError (to be sent to this robot) or SessionClosed.
         """
@@ -315,7 +332,8 @@ class ServerEngine:
             defaults=self._plain_defaults,
             action_horizon=self.metadata.action_horizon,
         )
-        _add_context(obs, self.metadata.context_keys, session, plan)
+        chunk_start = plan.report.action_index if planning_start is None else planning_start
+        _add_context(obs, self.metadata.context_keys, session, chunk_start)
         if state is not None:
             self._claim_name(session)
         activity = self._activity.get(session.engine_id)
@@ -555,13 +573,13 @@ def _percentile_ms(samples_s: deque[float], q: float) -> float | None:
 
 
 def _add_context(
-    obs: dict[str, Any], keys: tuple[str, ...], session: Session, plan: RequestPlan
+    obs: dict[str, Any], keys: tuple[str, ...], session: Session, chunk_start: int
 ) -> None:
     """Replace any context entry the robot sent with the engine's own, for the keys the
     policy asked for (``PolicyMetadata.context_keys``); drop the rest."""
     for key in CONTEXT_KEYS:
         obs.pop(key, None)
-    values = {CONTEXT_CHUNK_START: plan.report.action_index, CONTEXT_ROBOT: session.robot_name}
+    values = {CONTEXT_CHUNK_START: chunk_start, CONTEXT_ROBOT: session.robot_name}
     for key in keys:
         obs[key] = values[key]
 

@@ -5,10 +5,18 @@ chunks out.
 the policy instructions it sent and the mapping of its observations, the newest
 observation not yet given to the engine (a newer one replaces it), its estimated
 queue, and the one-slot outbox its next ``GetActions`` takes (a newer chunk
-replaces one never fetched; an error there is the status of that call). The
-socket side (:mod:`armory.transports.lerobot_grpc`) reads calls, awaits the engine
-and answers; failures here are :class:`CallRefused` with the gRPC status to send,
-by name, so this module needs no gRPC. No I/O and no clock.
+replaces one never fetched; an error there is the status of that call).
+:func:`serve` gives a robot's held observations to the engine. The socket side
+(:mod:`armory.transports.lerobot_grpc`) reads calls and answers; failures here are
+:class:`CallRefused` with the gRPC status to send, by name, so this module needs no
+gRPC. No I/O, and no clock but the engine's.
+
+A chunk's rows are numbered from the observation's timestep, as upstream's
+``policy_server`` numbers them: row ``i`` gets timestep ``t + i`` and the robot drops
+row 0, which it executed. The engine schedules the robot from its own chunk start (the
+robot's next action, aged by the ticks the observation waited), while a policy that
+plans from the chunk start (``armory/chunk_start``) is told ``t``, so its row ``i`` is
+the action it planned for timestep ``t + i``.
 """
 
 from __future__ import annotations
@@ -22,8 +30,14 @@ from typing import Any
 from armory_client.wire import ARMORY_KEY, RobotState
 
 from armory.core.errors import INTERNAL_ERROR as INTERNAL
-from armory.core.errors import ObservationError, QueueStateError, RequestError, ServerClosing
-from armory.engine.server_engine import Reply
+from armory.core.errors import (
+    ObservationError,
+    QueueStateError,
+    RequestError,
+    ServerClosing,
+    SessionClosed,
+)
+from armory.engine.server_engine import Reply, ServerEngine
 from armory.engine.session import Session
 from armory.policies.base import PolicyMetadata, conform_observation
 from armory.transports.lerobot_protocol import (
@@ -82,6 +96,13 @@ class EngineCall:
     """The policy's inputs and the ``__armory__`` state."""
     sent_s: float
     """Server clock when it goes to the engine."""
+
+    @property
+    def planning_start(self) -> int:
+        """The index a policy plans the chunk's row 0 for: the observation's timestep, which
+        the door numbers row 0 with (the engine's chunk start is later, at the robot's
+        next action aged by the ticks the observation waited)."""
+        return self.report.timestep
 
 
 @dataclass(frozen=True)
@@ -216,13 +237,13 @@ class LeRobotRobot:
             Outgoing(
                 payload=encode_actions(
                     rows,
-                    first_timestep=call.report.timestep,
+                    first_timestep=call.planning_start,
                     timestamp_s=call.pending.timestamp_s,
                     step_s=self.estimator.tick_s,
                 ),
                 reply=reply,
                 chunk_start=reply.chunk_start,
-                first_timestep=call.report.timestep,
+                first_timestep=call.planning_start,
                 num_actions=len(rows),
             )
         )
@@ -277,6 +298,30 @@ class LeRobotRobot:
             defer_after_s=estimator.tick_s,
         )
         return {**pending.inputs, ARMORY_KEY: state.to_wire()}
+
+
+async def serve(robot: LeRobotRobot, engine: ServerEngine) -> None:
+    """Give the robot's newest observation to the engine until none is left; each answer
+    goes to its outbox (an error concerns this robot alone)."""
+    try:
+        while (call := robot.next_call(engine.clock())) is not None:
+            try:
+                reply = await engine.infer(
+                    robot.session,
+                    call.observation,
+                    received_s=call.sent_s,
+                    planning_start=call.planning_start,
+                )
+            except RequestError as exc:
+                engine.count_error("lerobot", type(exc).__name__, session=robot.session)
+                robot.refused(exc)
+                continue
+            robot.answered(call, reply)
+    except SessionClosed:
+        pass
+    except Exception:
+        logger.exception("LeRobot robot %s: serving failed", robot.peer)
+        robot.failed()
 
 
 def status_of(exc: RequestError) -> str:

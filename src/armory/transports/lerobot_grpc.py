@@ -29,8 +29,9 @@ empty when none is ready). See docs/lerobot.md.
 
 A robot's state and rules are its I/O-free core's,
 :class:`~armory.transports.lerobot_core.LeRobotRobot`, kept in a
-:class:`~armory.transports.sessions.SessionRegistry` (limit, eviction, idle sweep);
-this module reads calls, awaits the engine and answers.
+:class:`~armory.transports.sessions.SessionRegistry` (limit, eviction, idle sweep),
+and :func:`~armory.transports.lerobot_core.serve` gives its observations to the
+engine; this module reads calls and answers.
 """
 
 from __future__ import annotations
@@ -42,13 +43,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from armory.core.errors import RequestError, SessionClosed
 from armory.engine.server_engine import ServerEngine
 from armory.engine.session import Session
 from armory.policies.base import PolicyMetadata
 from armory.transports.base import Transport
 from armory.transports.grpc_access import CallAccess, parse_networks
-from armory.transports.lerobot_core import CallRefused, LeRobotRobot, Outgoing
+from armory.transports.lerobot_core import CallRefused, LeRobotRobot, Outgoing, serve
 from armory.transports.lerobot_core import mismatch as mismatch
 from armory.transports.lerobot_protocol import (
     DEFAULT_PORT,
@@ -396,7 +396,7 @@ class LeRobotGrpcTransport(Transport):
             except CallRefused as exc:
                 await self._refuse(context, exc, session=robot.session)
             if robot.task is None or robot.task.done():
-                robot.task = asyncio.ensure_future(self._serve(robot))
+                robot.task = asyncio.ensure_future(serve(robot, self.engine))
             return pb.Empty()
 
     async def _get_actions(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -429,27 +429,6 @@ class LeRobotGrpcTransport(Transport):
             except TimeoutError:
                 return None
         return None
-
-    # ---- serving one robot -----------------------------------------------
-
-    async def _serve(self, robot: _Robot) -> None:
-        """Give the robot's newest observation to the engine until none is left."""
-        try:
-            while (call := robot.next_call(self.engine.clock())) is not None:
-                try:
-                    reply = await self.engine.infer(
-                        robot.session, call.observation, received_s=call.sent_s
-                    )
-                except RequestError as exc:
-                    self.engine.count_error("lerobot", type(exc).__name__, session=robot.session)
-                    robot.refused(exc)
-                    continue
-                robot.answered(call, reply)
-        except SessionClosed:
-            pass
-        except Exception:
-            logger.exception("LeRobot robot %s: serving failed", robot.peer)
-            robot.failed()
 
     # ---- robots ----------------------------------------------------------
 
