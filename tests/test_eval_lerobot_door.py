@@ -17,7 +17,7 @@ from lerobot_client.wire import (
 )
 
 from armory.cli import main
-from armory.eval.lerobot_client import lerobot_layout
+from armory.eval.lerobot_client import answers, lerobot_layout
 from armory.eval.mapping import MappingError
 from armory.policies.base import InputSpec
 from armory.transports import lerobot_protocol as protocol
@@ -111,6 +111,26 @@ def test_encoded_messages_are_upstreams_classes_to_the_standard_unpickler(
     config = pickle.loads(protocol.encode_instructions(instructions))
     assert isinstance(config, RemotePolicyConfig) and config.actions_per_chunk == 8
     assert protocol.decode_instructions(protocol.encode_instructions(instructions)) == instructions
+
+
+def test_the_client_takes_the_chunk_its_observation_counts_back_to() -> None:
+    """A chunk answers an observation of timestep 7 taken at 100.0 s when its rows count
+    back to 100.0 s at timestep 7: numbered from 7 (a learned policy's) or from 8 (a
+    chunk-start planner's); a chunk of an earlier observation does not."""
+
+    def chunk(first: int, first_s: float, tick_s: float = 0.1) -> list[protocol.TimedAction]:
+        return [
+            protocol.TimedAction(first_s + i * tick_s, first + i, np.zeros(4, np.float32))
+            for i in range(3)
+        ]
+
+    observation = protocol.TimedObservation(100.0, 7, {}, must_go=False)
+    assert answers(chunk(7, 100.0), observation)
+    assert answers(chunk(8, 100.1), observation)
+    assert not answers(chunk(7, 99.9), observation)  # timestep 6's, planner-numbered
+    assert not answers(chunk(6, 99.9), observation)
+    assert not answers(chunk(8, 100.2), observation)  # a later observation's
+    assert not answers([], observation)
 
 
 def test_so101_expert_over_the_lerobot_door_matches_the_openpi_door(tmp_path: Path) -> None:

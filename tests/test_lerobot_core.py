@@ -287,16 +287,28 @@ def chunk_after_wait(policy: Policy, wait_ticks: int) -> tuple[list[TimedAction]
 
     item = asyncio.run(main())
     assert item is not None and item.error is None, item
-    return decode_actions(item.payload), item
+    actions = decode_actions(item.payload)
+    assert timed_from_the_observation(actions, robot.estimator)
+    return actions, item
+
+
+def timed_from_the_observation(actions: list[TimedAction], estimator: QueueEstimator) -> bool:
+    """Each row is timed as upstream times a timestep: the observation's timestamp (that of
+    timestep 4) plus a tick per step."""
+    return all(
+        a.timestamp_s == pytest.approx(4 * TICK_S + (a.timestep - 4) * estimator.tick_s)
+        for a in actions
+    )
 
 
 @pytest.mark.parametrize("wait_ticks", [0, 3])
 def test_a_chunk_start_planners_rows_play_at_the_steps_it_planned(wait_ticks: int) -> None:
-    """The door numbers the rows from the observation's timestep (4) and the policy plans
-    row 0 for that step, however long the observation waited; the engine schedules with
-    its own chunk start, the robot's next action aged by the ticks waited (5 + wait)."""
+    """The policy is told the observation's own index (5, the robot's next action) however
+    long the observation waited, and the door numbers the rows from it, so the robot plays
+    each (row 0 included) at the step it was planned for; the engine schedules with its own
+    chunk start, that index aged by the ticks waited."""
     actions, item = chunk_after_wait(StepPolicy(plans_from_chunk_start=True), wait_ticks)
-    assert [a.timestep for a in actions] == list(range(4, 14))
+    assert [a.timestep for a in actions] == list(range(5, 15))
     assert [float(a.action[0]) for a in actions] == [float(a.timestep) for a in actions]
     assert item.reply is not None and item.chunk_start == item.reply.chunk_start
     assert item.chunk_start == 5 + wait_ticks
@@ -307,9 +319,27 @@ def test_a_learned_policys_rows_are_numbered_from_the_observations_timestep(
     wait_ticks: int,
 ) -> None:
     """A policy that ignores the chunk start gets upstream's numbering: its row j has
-    timestep 4 + j (the robot drops row 0, which it executed)."""
+    timestep 4 + j (the robot drops row 0, the step it executed)."""
     actions, item = chunk_after_wait(StepPolicy(plans_from_chunk_start=False), wait_ticks)
     assert [(a.timestep, float(a.action[0])) for a in actions] == [
         (4 + row, float(row)) for row in range(10)
     ]
     assert item.chunk_start == 5 + wait_ticks
+
+
+def test_the_queue_state_counts_row_0_only_where_the_robot_plays_it() -> None:
+    """The engine is told a robot plays whole chunks of a chunk-start planner, and all but
+    row 0 of a learned policy's."""
+    for plans, horizon in ((True, 10), (False, 9)):
+        policy = StepPolicy(plans_from_chunk_start=plans)
+        robot = LeRobotRobot(
+            "p",
+            Session(peer="p"),
+            QueueEstimator(default_control_hz=30.0, chunk_size_threshold=0.5),
+            policy.metadata,
+        )
+        robot.instruct(instructions(actions_per_chunk=10), ObservationMapping())
+        robot.observe(observation(0), 0.0)
+        call = robot.next_call(0.0)
+        assert call is not None and call.first_timestep == 0
+        assert call.observation[ARMORY_KEY]["max_execution_horizon"] == horizon

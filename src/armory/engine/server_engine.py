@@ -315,8 +315,9 @@ class ServerEngine:
 
         ``planning_start``: the action index the policy is told its chunk starts at
         (``armory/chunk_start``) where the door numbers the chunk's rows from another index
-        than the engine's chunk start (the LeRobot door: the observation's timestep); None:
-        the engine's chunk start. The mirror schedules with its own index either way.
+        than the engine's chunk start (the LeRobot door: the observation's own index, which
+        the door's queue state ages by the ticks the observation waited); None: the
+        engine's chunk start. The mirror schedules with its own index either way.
 
         Raises RequestError (to be sent to this robot) or SessionClosed.
         """

@@ -7,9 +7,9 @@ speaking as LeRobot's ``RobotClient`` does (lerobot 0.6.1, docs/lerobot.md).
   tells robots apart by their connection).
 - **infer**: one ``TimedObservation`` (the raw observation, the timestep of the newest
   executed action, ``must_go`` when the queue is empty) streamed in 2 MiB chunks, then
-  ``GetActions`` until the chunk answering it comes. As LeRobot's client does, the
-  actions whose timestep the robot has already executed are dropped; the rest land at
-  the robot's current action index.
+  ``GetActions`` until the chunk answering it comes (:func:`answers`). As LeRobot's
+  client does, the actions whose timestep the robot has already executed are dropped;
+  the rest land at the robot's current action index.
 
 The environment's observation, keyed by the policy's input names, travels as a LeRobot
 robot's raw observation (:class:`LeRobotLayout`): image inputs as cameras of the same
@@ -36,6 +36,7 @@ from armory.transports.lerobot_protocol import (
     TASK_KEY,
     ObservationMapping,
     PolicyInstructions,
+    TimedAction,
     TimedObservation,
     decode_actions,
     encode_instructions,
@@ -237,7 +238,7 @@ class LeRobotInferClient:
             if not reply.data:
                 continue  # the door answers empty after its wait; ask again
             actions = decode_actions(reply.data)
-            if not actions or actions[0].timestep != timestep:
+            if not answers(actions, timed):
                 continue  # a chunk for an older observation
             # LeRobot's client keeps the actions past the newest one it executed.
             rows = [a.action for a in actions if a.timestep >= action_index]
@@ -267,3 +268,24 @@ class LeRobotInferClient:
             if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise RequestTimeout(f"{name} to {self.target}: {exc.details()}") from None
             raise ServerError(f"{name}: {exc.code().name}: {exc.details()}") from None
+
+
+ANSWER_TOLERANCE_S = 1e-4
+"""How far the time a chunk's rows count back to may be from its observation's timestamp
+(rounding of the door's arithmetic; one robot's observations lie far further apart)."""
+
+
+def answers(actions: list[TimedAction], observation: TimedObservation) -> bool:
+    """Whether a chunk answers ``observation``: the door numbers its rows from the
+    observation's timestep, or from the next one (a policy planning from the chunk start
+    it is told), and times each row at the observation's timestamp plus a tick per step
+    past the observation's timestep."""
+    if not actions or actions[0].timestep - observation.timestep not in (0, 1):
+        return False
+    first = actions[0]
+    if first.timestep == observation.timestep:
+        return abs(first.timestamp_s - observation.timestamp_s) <= ANSWER_TOLERANCE_S
+    if len(actions) < 2:
+        return first.timestamp_s > observation.timestamp_s  # one row: no tick to count back
+    tick_s = actions[1].timestamp_s - first.timestamp_s
+    return abs(first.timestamp_s - tick_s - observation.timestamp_s) <= ANSWER_TOLERANCE_S

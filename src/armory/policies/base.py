@@ -37,9 +37,9 @@ STR_DTYPE = "str"
 """``InputSpec.dtype`` of a text input (e.g. a prompt): a Python str."""
 
 CONTEXT_CHUNK_START = "armory/chunk_start"
-"""Context entry: the action index (int) the requested chunk's row 0 is for: the robot's
+"""Context entry: the action index (int) the requested chunk starts at: the robot's
 ``action_index`` (Armory clients), the server's count for a plain client, the
-observation's timestep over the LeRobot door (which numbers the rows from it)."""
+observation's own index over the LeRobot door (which numbers the rows from it)."""
 CONTEXT_ROBOT = "armory/robot"
 """Context entry: the session's robot name (str): the Armory ``robot_id``, else
 ``conn-<n>`` for a plain client's connection."""

@@ -11,12 +11,14 @@ replaces one never fetched; an error there is the status of that call).
 :class:`CallRefused` with the gRPC status to send, by name, so this module needs no
 gRPC. No I/O, and no clock but the engine's.
 
-A chunk's rows are numbered from the observation's timestep, as upstream's
-``policy_server`` numbers them: row ``i`` gets timestep ``t + i`` and the robot drops
-row 0, which it executed. The engine schedules the robot from its own chunk start (the
-robot's next action, aged by the ticks the observation waited), while a policy that
-plans from the chunk start (``armory/chunk_start``) is told ``t``, so its row ``i`` is
-the action it planned for timestep ``t + i``.
+Chunk timesteps (docs/lerobot.md): a learned policy's rows are numbered from the
+observation's timestep ``t``, as upstream's ``policy_server`` numbers them (row ``i``
+gets ``t + i``; the robot drops row 0, a step it executed). A policy that plans from
+the chunk start it is told (``armory/chunk_start``: the expert, replay) is told the
+observation's own index, the robot's next action (``t + 1`` once it executed any),
+and its rows are numbered from there, so each plays at the step it was planned for.
+The engine schedules the robot from its own chunk start either way: that index aged
+by the ticks the observation waited at the door.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from armory.core.errors import (
 )
 from armory.engine.server_engine import Reply, ServerEngine
 from armory.engine.session import Session
-from armory.policies.base import PolicyMetadata, conform_observation
+from armory.policies.base import CONTEXT_CHUNK_START, PolicyMetadata, conform_observation
 from armory.transports.lerobot_protocol import (
     ObservationMapping,
     PolicyInstructions,
@@ -96,13 +98,9 @@ class EngineCall:
     """The policy's inputs and the ``__armory__`` state."""
     sent_s: float
     """Server clock when it goes to the engine."""
-
-    @property
-    def planning_start(self) -> int:
-        """The index a policy plans the chunk's row 0 for: the observation's timestep, which
-        the door numbers row 0 with (the engine's chunk start is later, at the robot's
-        next action aged by the ticks the observation waited)."""
-        return self.report.timestep
+    first_timestep: int
+    """LeRobot timestep of the chunk's row 0, and the index the policy is told its chunk
+    starts at (``armory/chunk_start``)."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +139,10 @@ class LeRobotRobot:
         self.actions_per_chunk = 1
         """Actions of each chunk sent to the robot: its ``actions_per_chunk``, at most the
         policy's horizon."""
+        self.plans_from_chunk_start = CONTEXT_CHUNK_START in metadata.context_keys
+        """The policy plans its rows from the chunk start it is told (the expert, replay):
+        they are numbered from the observation's own index and all played. Otherwise (a
+        learned policy) from the observation's timestep, as upstream: row 0 is dropped."""
         self.held: Pending | None = None
         """The newest observation not yet given to the engine."""
         self._outbox: Outgoing | None = None
@@ -221,7 +223,8 @@ class LeRobotRobot:
             if not estimator.servable(report):
                 continue
             self.last_index = report.action_index
-            return EngineCall(pending, report, self._observation(pending, report), now_s)
+            first = self._first_timestep(pending.report)
+            return EngineCall(pending, report, self._observation(pending, report), now_s, first)
         return None
 
     def answered(self, call: EngineCall, reply: Reply) -> None:
@@ -233,17 +236,20 @@ class LeRobotRobot:
             return
         self.estimator.computed(reply.chunk_start)
         rows = reply.actions[: self.actions_per_chunk]
+        # Timed as upstream times a timestep: the observation's time plus a tick per step.
+        tick_s = self.estimator.tick_s
+        ahead = call.first_timestep - call.pending.report.timestep
         self.post(
             Outgoing(
                 payload=encode_actions(
                     rows,
-                    first_timestep=call.planning_start,
-                    timestamp_s=call.pending.timestamp_s,
-                    step_s=self.estimator.tick_s,
+                    first_timestep=call.first_timestep,
+                    timestamp_s=call.pending.timestamp_s + ahead * tick_s,
+                    step_s=tick_s,
                 ),
                 reply=reply,
                 chunk_start=reply.chunk_start,
-                first_timestep=call.planning_start,
+                first_timestep=call.first_timestep,
                 num_actions=len(rows),
             )
         )
@@ -291,13 +297,22 @@ class LeRobotRobot:
             chunk_start=report.chunk_start,
             control_hz=estimator.control_hz,
             min_execution_horizon=1,
-            # Row 0 of a chunk is the action the robot executed when it took the
-            # observation: the client skips it.
-            max_execution_horizon=max(self.actions_per_chunk - 1, 1),
+            # Numbered from the observation's timestep, row 0 is the action the robot
+            # executed when it took the observation: the client skips it.
+            max_execution_horizon=(
+                self.actions_per_chunk
+                if self.plans_from_chunk_start
+                else max(self.actions_per_chunk - 1, 1)
+            ),
             observation_step=max(estimator.num_observations - 1, 0),
             defer_after_s=estimator.tick_s,
         )
         return {**pending.inputs, ARMORY_KEY: state.to_wire()}
+
+    def _first_timestep(self, report: QueueReport) -> int:
+        """The timestep of row 0 of the chunk computed from the observation of ``report``
+        (as it arrived, not aged)."""
+        return report.action_index if self.plans_from_chunk_start else report.timestep
 
 
 async def serve(robot: LeRobotRobot, engine: ServerEngine) -> None:
@@ -310,7 +325,7 @@ async def serve(robot: LeRobotRobot, engine: ServerEngine) -> None:
                     robot.session,
                     call.observation,
                     received_s=call.sent_s,
-                    planning_start=call.planning_start,
+                    planning_start=call.first_timestep,
                 )
             except RequestError as exc:
                 engine.count_error("lerobot", type(exc).__name__, session=robot.session)
