@@ -12,7 +12,12 @@ nothing at all, no scheduler fault in ``/stats``, the good robot's largest gap u
 200 inputs). Exit status 1 if any door fails a check.
 
     python benchmarks/fuzz.py [--inputs 1000000] [--doors openpi groot lerobot] [--seed 0]
-        [--clients 4]
+        [--clients 4] [--only POSITIONS]
+
+A failed gap check names when the gap began, the machine's load average then, and the
+feed positions of the inputs in flight; ``--only`` with the same ``--inputs`` and
+``--seed`` replays those inputs alone beside the good robot (a stall they cause shows
+again; one the machine's other jobs caused does not).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import time
 
 from armory.fuzz.doors import DOORS
 from armory.fuzz.generate import generated_feed
-from armory.fuzz.harness import FuzzReport, chain_feeds, mutation_feed, run_fuzz
+from armory.fuzz.harness import FuzzReport, chain_feeds, mutation_feed, run_fuzz, selected_feed
 from armory.sim.table import format_table
 
 GENERATED_SHARE = 0.1
@@ -37,6 +42,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--clients", type=int, default=4, help="fuzzing clients at once per door (own robots)"
+    )
+    parser.add_argument(
+        "--only",
+        type=lambda text: [int(p) for p in text.split(",")],
+        default=None,
+        help="send only these feed positions (e.g. a failed run's inputs in flight: 12,13,15)",
     )
     args = parser.parse_args()
     num_generated = int(args.inputs * GENERATED_SHARE)
@@ -54,6 +65,8 @@ def main() -> None:
             mutation_feed(num_mutated, seed=args.seed),
             generated_feed(num_generated, seed=args.seed),
         )
+        if args.only is not None:
+            feed = selected_feed(feed, args.only)
         reports.append(run_fuzz(door, feed, num_clients=args.clients, progress=progress))
     print(format_table(*_table(reports)))
     failed = False

@@ -34,6 +34,7 @@ def test_fuzzing_a_door_hurts_nobody(door: str) -> None:
     assert report.num_inputs == NUM_MUTATIONS + NUM_GENERATED
     assert report.outcomes["refused"] > 0
     assert report.num_good_replies > 0
+    assert report.good_gap_at_s >= 0 and report.load_at_gap >= 0
 
 
 def test_prefetched_feed_keeps_order_and_raises_the_feeds_error() -> None:
@@ -56,3 +57,31 @@ def test_prefetched_feed_keeps_order_and_raises_the_feeds_error() -> None:
     early = prefetched(feed, door=None, depth=4)  # type: ignore[arg-type]
     assert [next(early)[0] for _ in range(3)] == [0, 1, 2]
     early.close()  # joins the feed's thread, which would otherwise block on a full queue
+
+
+def test_selected_feed_sends_the_same_inputs_at_their_positions() -> None:
+    """Replaying positions of a run sends exactly the inputs the run sent there, across
+    the mutation and the generated part of the feed."""
+    from armory.fuzz.doors import OpenpiDoor
+    from armory.fuzz.harness import selected_feed
+
+    door = OpenpiDoor(1, timeout_s=1.0)  # never connected: only its messages are used
+    feed = chain_feeds(mutation_feed(40, seed=3), generated_feed(40, seed=3))
+    everything: list[bytes] = []
+    feed(door, lambda message, wire: everything.append(wire.data))
+    positions = [3, 17, 45, 60]
+    chosen: list[bytes] = []
+    selected_feed(feed, positions)(door, lambda message, wire: chosen.append(wire.data))
+    assert chosen == [everything[p] for p in positions]
+
+
+def test_send_log_names_the_inputs_in_flight_during_a_window() -> None:
+    """An input counts when its send overlaps the window at all."""
+    from armory.fuzz.harness import SendLog
+
+    log = SendLog()
+    for position, (start_s, end_s) in enumerate([(0.0, 1.0), (1.0, 2.5), (2.0, 3.0), (4.0, 5.0)]):
+        log.add(position, start_s, end_s)
+    assert log.during(2.2, 3.5) == (1, 2)
+    assert log.during(3.2, 3.8) == ()
+    assert log.during(0.0, 10.0, limit=3) == (0, 1, 2)

@@ -16,14 +16,16 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import queue
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
+from array import array
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +59,13 @@ class FuzzReport:
     num_good_errors: int
     good_max_gap_s: float
     """The good robot's largest time between two replies (or since the last one)."""
+    good_gap_at_s: float
+    """When that gap began, seconds after the fuzzing began."""
+    inputs_during_gap: tuple[int, ...]
+    """Feed positions (0-based) of the inputs in flight during that gap (the first 20):
+    replay them alone with :func:`selected_feed` to tell a stall they cause from load."""
+    load_at_gap: float
+    """The machine's 1-minute load average sampled nearest that gap (other jobs included)."""
     healthz_ok: bool
     server_alive: bool
     rss_start_mb: float
@@ -83,7 +92,11 @@ class FuzzReport:
         if self.num_good_errors:
             out.append(f"the good robot got {self.num_good_errors} errors")
         if self.good_max_gap_s >= MAX_GAP_S:
-            out.append(f"the good robot's largest gap was {self.good_max_gap_s:.3f} s")
+            out.append(
+                f"the good robot's largest gap was {self.good_max_gap_s:.3f} s, "
+                f"{self.good_gap_at_s:.0f} s into the run (load average {self.load_at_gap:.1f}; "
+                f"inputs in flight at positions {list(self.inputs_during_gap)})"
+            )
         if self.rss_end_mb > (1 + RSS_GROWTH) * self.rss_start_mb:
             out.append(f"RSS grew from {self.rss_start_mb:.0f} to {self.rss_end_mb:.0f} MB")
         return out
@@ -190,10 +203,35 @@ class GoodRobotProcess:
         self.reply_times_s = record["reply_times_s"]
         self.num_errors = record["num_errors"]
 
-    def max_gap_s(self, since_s: float, until_s: float) -> float:
-        """Largest time without a reply between ``since_s`` and ``until_s``."""
+    def largest_gap(self, since_s: float, until_s: float) -> tuple[float, float]:
+        """(seconds, start) of the largest time without a reply between ``since_s`` and
+        ``until_s``."""
         times = [since_s, *(t for t in self.reply_times_s if since_s < t < until_s), until_s]
-        return float(np.max(np.diff(times)))
+        gaps = np.diff(times)
+        largest = int(np.argmax(gaps))
+        return float(gaps[largest]), float(times[largest])
+
+
+class SendLog:
+    """When each input was in flight: its feed position and its send's start and end."""
+
+    def __init__(self) -> None:
+        self._positions = array("q")
+        self._starts_s = array("d")
+        self._ends_s = array("d")
+
+    def add(self, position: int, start_s: float, end_s: float) -> None:
+        self._positions.append(position)
+        self._starts_s.append(start_s)
+        self._ends_s.append(end_s)
+
+    def during(self, from_s: float, to_s: float, limit: int = 20) -> tuple[int, ...]:
+        """Positions of the inputs in flight at some time in ``[from_s, to_s]``."""
+        starts = np.frombuffer(self._starts_s, dtype=np.float64)
+        ends = np.frombuffer(self._ends_s, dtype=np.float64)
+        hits = np.flatnonzero((starts <= to_s) & (ends >= from_s))
+        positions = np.frombuffer(self._positions, dtype=np.int64)[hits]
+        return tuple(int(p) for p in np.sort(positions)[:limit])
 
 
 # ---- inputs ----------------------------------------------------------------------------
@@ -228,6 +266,33 @@ def mutation_feed(num_inputs: int, seed: int = 0) -> Feed:
             send(message, wire)
 
     return feed
+
+
+def selected_feed(feed: Feed, positions: Iterable[int]) -> Feed:
+    """Only the inputs of ``feed`` at ``positions`` (0-based; the others are made, since a
+    feed is one random stream, but not sent): a run's suspects replayed alone."""
+    wanted = frozenset(positions)
+    last = max(wanted, default=-1)
+
+    def feed_selected(door: FuzzDoor, send: Send) -> None:
+        position = 0
+
+        def forward(message: Any, wire: Wire) -> None:
+            nonlocal position
+            if position in wanted:
+                send(message, wire)
+            position += 1
+            if position > last:
+                raise _Selected
+
+        with contextlib.suppress(_Selected):
+            feed(door, forward)
+
+    return feed_selected
+
+
+class _Selected(Exception):
+    """The last selected input was sent: the feed stops."""
 
 
 def chain_feeds(*feeds: Feed) -> Feed:
@@ -285,6 +350,9 @@ def run_fuzz(
         inputs = prefetched(feed, doors[0])
         died = threading.Event()
         errors: list[BaseException] = []
+        sends = SendLog()
+        loads: list[tuple[float, float]] = [(time.monotonic(), os.getloadavg()[0])]
+        taken = 0
 
         def record(message: Any, outcome: str) -> None:
             nonlocal rss_start, rss_peak
@@ -297,20 +365,26 @@ def run_fuzz(
                 rss_start = server.rss_mb()
             if count % 500 == 0:
                 rss_peak = max(rss_peak, server.rss_mb())
+                loads.append((time.monotonic(), os.getloadavg()[0]))
                 if progress is not None:
                     progress(count)
 
         def client(door: FuzzDoor) -> None:
+            nonlocal taken
             try:
                 while not died.is_set():
                     with lock:
                         item = next(inputs, None)
+                        position, taken = taken, taken + 1
                     if item is None:
                         return
                     if not server.alive():
                         died.set()
                         return
-                    record(item[0], door.send(item[1]))
+                    start_s = time.monotonic()
+                    outcome = door.send(item[1])
+                    sends.add(position, start_s, time.monotonic())
+                    record(item[0], outcome)
             except BaseException as exc:  # raised in the run's thread below
                 errors.append(exc)
                 died.set()
@@ -334,6 +408,7 @@ def run_fuzz(
         fuzz_until_s = time.monotonic()
         healthz_ok = server.get("/healthz") == b"OK\n"
         good.stop()
+        gap_s, gap_from_s = good.largest_gap(fuzz_from_s, fuzz_until_s)
         time.sleep(3.0)  # the fuzzing sessions are swept
         stats = server.stats()
         rss_end = server.rss_mb()
@@ -345,7 +420,10 @@ def run_fuzz(
             num_scheduler_faults=int(stats.get("num_scheduler_faults", -1)),
             num_good_replies=len(good.reply_times_s),
             num_good_errors=good.num_errors,
-            good_max_gap_s=good.max_gap_s(fuzz_from_s, fuzz_until_s),
+            good_max_gap_s=gap_s,
+            good_gap_at_s=gap_from_s - fuzz_from_s,
+            inputs_during_gap=sends.during(gap_from_s, gap_from_s + gap_s),
+            load_at_gap=min(loads, key=lambda sample: abs(sample[0] - gap_from_s))[1],
             healthz_ok=healthz_ok,
             server_alive=server.alive(),
             rss_start_mb=rss_start,
