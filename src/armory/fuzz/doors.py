@@ -22,6 +22,7 @@ from armory_client.wire import packb
 
 from armory.core.door_names import DOOR_NAMES
 from armory.fuzz.messages import (
+    LEROBOT_PICKLE_PROTOCOL,
     groot_request,
     lerobot_instructions_state,
     lerobot_observation_state,
@@ -236,7 +237,7 @@ class LeRobotDoor(FuzzDoor):
             if name in ("TimedObservation", "RemotePolicyConfig"):
                 kind = "instructions" if name == "RemotePolicyConfig" else "observation"
                 return Wire(kind, lerobot_pickle(name, state))
-        return Wire("observation", pickle.dumps(message, protocol=2))
+        return Wire("observation", pickle.dumps(message, protocol=LEROBOT_PICKLE_PROTOCOL))
 
     def send(self, wire: Wire) -> str:
         pb = self._pb

@@ -113,9 +113,19 @@ def lerobot_observation_state(seed: int, timestep: int, timestamp_s: float) -> d
     return {"timestamp": timestamp_s, "timestep": timestep, "observation": raw, "must_go": True}
 
 
+LEROBOT_PICKLE_PROTOCOL = 4
+"""The protocol of LeRobot's ``pickle.dumps`` (Python 3.12's default): arrays' bytes as
+BINBYTES (protocol 2 would send them as text to re-encode)."""
+
+
 def lerobot_pickle(class_name: str, state: Any) -> bytes:
     """A pickle of ``lerobot.async_inference.helpers.<class_name>`` filled with ``state``
-    (as ``pickle.dumps`` writes a dataclass: NEWOBJ, then BUILD), without LeRobot."""
-    inner = pickle.dumps(state, protocol=2)
-    head = b"\x80\x02c" + f"{HELPERS}\n{class_name}\n".encode() + b")\x81"
-    return head + inner[2:-1] + b"b."
+    as LeRobot's ``pickle.dumps`` writes a dataclass (protocol 4: the class by
+    STACK_GLOBAL, NEWOBJ, then BUILD), without LeRobot."""
+    inner = pickle.dumps(state, protocol=LEROBOT_PICKLE_PROTOCOL)
+    names = b"".join(
+        b"\x8c" + bytes([len(text)]) + text  # SHORT_BINUNICODE
+        for text in (HELPERS.encode(), class_name.encode())
+    )
+    head = b"\x80\x04" + names + b"\x93)\x81"  # PROTO 4, STACK_GLOBAL, EMPTY_TUPLE, NEWOBJ
+    return head + inner[2:-1] + b"b."  # the state (its frame kept), BUILD, STOP
