@@ -156,3 +156,12 @@ def test_mujoco_imported_before_the_choice_is_one_clear_error(
     monkeypatch.setitem(sys.modules, "mujoco", types.SimpleNamespace(GLContext=glfw_context))
     with pytest.raises(HeadlessGLError, match="imported with the OpenGL platform 'glfw'"):
         configure_headless_gl({}, find_library=_libraries("OSMesa"), egl_vendor_dirs=())
+    # robosuite (LIBERO) makes its own context from MUJOCO_GL: MuJoCo's platform is not its.
+    environ: dict[str, str] = {}
+    chosen = configure_headless_gl(
+        environ,
+        find_library=_libraries("OSMesa"),
+        egl_vendor_dirs=(),
+        renders_with_mujoco=False,
+    )
+    assert chosen == "osmesa" and environ == {"MUJOCO_GL": "osmesa"}

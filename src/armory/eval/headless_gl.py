@@ -56,13 +56,17 @@ def configure_headless_gl(
     *,
     find_library: Callable[[str], str | None] = ctypes.util.find_library,
     egl_vendor_dirs: tuple[Path, ...] = EGL_VENDOR_DIRS,
+    renders_with_mujoco: bool = True,
 ) -> str | None:
     """Called before an environment that renders with MuJoCo is made: sets ``MUJOCO_GL``
     as :func:`choose_gl` says and returns it (None: a display, MuJoCo chooses).
 
     Raises HeadlessGLError naming the Debian packages when a headless machine has no
-    platform, or when MuJoCo was imported before a platform was chosen (it keeps the
-    one it found then): set ``MUJOCO_GL`` before starting Python.
+    platform, or, when the environment renders through MuJoCo's own context
+    (``renders_with_mujoco``), when MuJoCo was imported before a platform was chosen (it
+    keeps the one it found then): set ``MUJOCO_GL`` before starting Python. robosuite
+    (LIBERO) makes its own context from ``MUJOCO_GL`` when it is imported, whatever
+    platform an imported MuJoCo holds.
     """
     environ = os.environ if environ is None else environ
     headless = not (environ.get("DISPLAY") or environ.get("WAYLAND_DISPLAY"))
@@ -76,7 +80,7 @@ def configure_headless_gl(
     if chosen is None:
         return None
     loaded = _loaded_platform()
-    if loaded is not None and headless and loaded != chosen:
+    if renders_with_mujoco and loaded is not None and headless and loaded != chosen:
         raise HeadlessGLError(
             f"MuJoCo was imported with the OpenGL platform {loaded!r} before {chosen!r} was "
             f"chosen; start Python with MUJOCO_GL={chosen} set"

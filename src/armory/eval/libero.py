@@ -102,8 +102,9 @@ class LiberoConfig(EnvConfig):
         return "libero"
 
     def prepare_process(self) -> None:
-        """The cameras need an OpenGL platform, chosen before MuJoCo is imported."""
-        configure_headless_gl()
+        """The cameras need an OpenGL platform, chosen before robosuite is imported (it
+        makes its own context from ``MUJOCO_GL``)."""
+        configure_headless_gl(renders_with_mujoco=False)
 
     def make(self) -> LiberoEnv:
         """Called in the robot's process."""
