@@ -153,6 +153,39 @@ def test_nan_or_inf_float_inputs_are_refused() -> None:
     np.testing.assert_array_equal(run(scenario), expected_actions(make_mock(), make_obs(0)))
 
 
+def test_a_bad_rtc_entry_is_refused_at_accept_before_any_batch() -> None:
+    """With a soft RTC schedule, an rtc_delay past the prefix or a non-integer one is
+    refused as the observation is accepted, naming it (the policy's check_observation),
+    so it never joins a batch with other robots; the good robot is served."""
+    policy = make_mock(rtc_schedule="linear")
+    seen: list[int] = []
+    infer_batch = policy.infer_batch
+
+    def counting(observations: Any) -> Any:
+        seen.append(len(observations))
+        return infer_batch(observations)
+
+    policy.infer_batch = counting  # type: ignore[method-assign]
+
+    async def scenario() -> np.ndarray:
+        engine = make_engine(policy)
+        await engine.start()
+        try:
+            prefix = np.zeros((2, 7), np.float32)
+            for delay, match in ((np.int64(5), "rtc_delay 5 is outside"), (1.5, "integer")):
+                session = engine.open_session(peer=f"bad-{delay}")
+                obs = {**make_obs(1), "rtc_prefix": prefix, "rtc_delay": delay}
+                with pytest.raises(ObservationError, match=match):
+                    engine.accept(session, obs, received_s=engine.clock())
+            assert seen == []  # refused before the batch loop saw it
+            return await serve_good(engine)
+        finally:
+            await engine.stop()
+
+    actions = run(scenario)
+    assert seen and actions.shape == expected_actions(make_mock(), make_obs(0)).shape
+
+
 # ---- a server-side deadline for every request ------------------------------------
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from armory_client.wire import ARMORY_KEY, RobotState
 
-from armory.core.errors import QueueStateError, SessionClosed, Superseded
+from armory.core.errors import ObservationError, QueueStateError, SessionClosed, Superseded
 from armory.core.latency_profile import LatencyProfile
 from armory.engine.batch_loop import BatchLoop, ChunkResult, Clock, LoopStats
 from armory.engine.config import ServerConfig
@@ -327,6 +327,10 @@ class ServerEngine:
         self._requests_by_door[session.door] += 1
         obs, state = _split_state(observation)
         obs = conform_observation(obs, self.metadata.inputs)
+        try:
+            self.policy.check_observation(obs)
+        except ValueError as exc:
+            raise ObservationError(str(exc)) from None
         plan = session.plan(
             state,
             received_s=received_s,

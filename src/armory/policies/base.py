@@ -154,6 +154,12 @@ class Policy(abc.ABC):
         """Called in the worker thread with 1..max_batch_size validated observations; returns
         one (action_horizon, action_dim) float32 array per observation, in order."""
 
+    def check_observation(self, obs: Mapping[str, Any]) -> None:  # noqa: B027
+        """Called on the server's event loop for each observation as it is accepted, after
+        it matched the declared inputs: raise ValueError naming what is wrong with entries
+        the declared inputs cannot describe (e.g. real-time-chunking entries), so that the
+        robot concerned is refused before its observation joins a batch. Keep it cheap."""
+
     def close(self) -> None:  # noqa: B027
         """Called once when the server stops."""
 

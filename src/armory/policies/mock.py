@@ -42,7 +42,7 @@ from armory.core.latency_profile import (
 )
 from armory.policies.base import STR_DTYPE, InputSpec, Policy, PolicyMetadata
 from armory.policies.noise import NoiseConfig, make_noise
-from armory.policies.rtc_guidance import RTC_SCHEDULES, rtc_guidance, soft_inpaint
+from armory.policies.rtc_guidance import RTC_SCHEDULES, RtcGuidance, rtc_guidance, soft_inpaint
 
 _RTC_KEYS = (RTC_PREFIX_KEY, RTC_REMAINDER_KEY)
 
@@ -181,18 +181,26 @@ class MockPolicy(Policy):
             self._sleep(remaining_s)
         return chunks
 
+    def check_observation(self, obs: Mapping[str, Any]) -> None:
+        """With a soft schedule a bad ``rtc_*`` entry is refused at once."""
+        if self.config.rtc_schedule != "hard":
+            self._guidance(obs)
+
+    def _guidance(self, obs: Mapping[str, Any]) -> RtcGuidance | None:
+        config = self.config
+        return rtc_guidance(
+            obs,
+            rows=config.action_horizon,
+            action_dim=config.action_dim,
+            schedule=config.rtc_schedule,
+            execution_horizon=config.rtc_execution_horizon,
+        )
+
     def _real_time_chunk(self, chunk: np.ndarray, obs: Mapping[str, Any]) -> np.ndarray:
         """``chunk`` joined to the robot's previous plan by ``rtc_schedule``."""
         if self.config.rtc_schedule == "hard":
             return inpaint_prefix(chunk, obs.get(RTC_PREFIX_KEY))
-        guidance = rtc_guidance(
-            obs,
-            rows=self.config.action_horizon,
-            action_dim=self.config.action_dim,
-            schedule=self.config.rtc_schedule,
-            execution_horizon=self.config.rtc_execution_horizon,
-        )
-        return soft_inpaint(chunk, guidance)
+        return soft_inpaint(chunk, self._guidance(obs))
 
     def _add_noise(self, chunk: np.ndarray) -> np.ndarray:
         """``chunk + noise_scale * noise`` (float32) with fixed noise; else ``chunk``."""

@@ -10,8 +10,8 @@ its reason and last output, from the constructor (so from ``make()``, before the
 server listens).
 
 Real-time chunking: with ``rtc_schedule`` set, each robot's ``rtc_prefix``,
-``rtc_remainder`` and ``rtc_delay`` are checked here (a bad one fails that
-observation before the worker sees it) and reach the worker as its previous plan,
+``rtc_remainder`` and ``rtc_delay`` are checked as the server accepts the observation
+(:meth:`check_observation`: a bad one refuses that robot before it joins a batch) and reach the worker as its previous plan,
 zero-padded to the chunk (:func:`~armory.policies.rtc_guidance.rtc_guidance`), with
 its delay and execution horizon (the worker wire's ``rtc.*`` entries); the backend
 guides its model with them. ``rtc_prefix`` and ``rtc_remainder`` are then declared
@@ -37,7 +37,7 @@ from armory_client.wire import RTC_PREFIX_KEY, RTC_REMAINDER_KEY
 from armory.core.latency_profile import LatencyProfile
 from armory.policies.base import InputSpec, Policy, PolicyMetadata
 from armory.policies.noise import NoiseConfig, NoiseTicket, make_noise
-from armory.policies.rtc_guidance import rtc_guidance
+from armory.policies.rtc_guidance import RtcGuidance, rtc_guidance
 from armory.workers import wire
 from armory.workers.arena import Arena
 from armory.workers.errors import (
@@ -195,22 +195,34 @@ class WorkerPolicy(Policy):
             arena.write(offset, array)
         return layout, layout.num_bytes
 
-    def _worker_entries(self, obs: Mapping[str, Any]) -> dict[str, Any]:
-        """What the worker gets of one observation: its declared inputs, the robot's
-        real-time-chunking entries replaced by the worker wire's ``rtc.*`` ones.
+    def check_observation(self, obs: Mapping[str, Any]) -> None:
+        """A bad ``rtc_prefix``/``rtc_remainder``/``rtc_delay`` is refused at once."""
+        self._guidance(obs)
+
+    def _guidance(self, obs: Mapping[str, Any]) -> RtcGuidance | None:
+        """The robot's real-time-chunking guidance (None: none asked, or RTC is off).
 
         Raises ValueError naming a bad ``rtc_prefix``/``rtc_remainder``/``rtc_delay``."""
-        meta = self._metadata
-        entries = {key: obs[key] for key in meta.inputs if key in obs}
         if self._rtc_schedule is None:
-            return entries
-        guidance = rtc_guidance(
+            return None
+        meta = self._metadata
+        return rtc_guidance(
             obs,
             rows=meta.action_horizon,
             action_dim=meta.action_dim,
             schedule=self._rtc_schedule,
             execution_horizon=self._rtc_execution_horizon,
         )
+
+    def _worker_entries(self, obs: Mapping[str, Any]) -> dict[str, Any]:
+        """What the worker gets of one observation: its declared inputs, the robot's
+        real-time-chunking entries replaced by the worker wire's ``rtc.*`` ones.
+
+        Raises ValueError naming a bad ``rtc_prefix``/``rtc_remainder``/``rtc_delay``."""
+        entries = {key: obs[key] for key in self._metadata.inputs if key in obs}
+        if self._rtc_schedule is None:
+            return entries
+        guidance = self._guidance(obs)
         entries.pop(RTC_PREFIX_KEY, None)
         entries.pop(RTC_REMAINDER_KEY, None)
         if guidance is not None:
