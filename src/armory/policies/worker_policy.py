@@ -11,11 +11,11 @@ server listens).
 
 Real-time chunking: with ``rtc_schedule`` set, each robot's ``rtc_prefix``,
 ``rtc_remainder`` and ``rtc_delay`` are checked as the server accepts the observation
-(:meth:`check_observation`: a bad one refuses that robot before it joins a batch) and reach the worker as its previous plan,
-zero-padded to the chunk (:func:`~armory.policies.rtc_guidance.rtc_guidance`), with
-its delay and execution horizon (the worker wire's ``rtc.*`` entries); the backend
-guides its model with them. ``rtc_prefix`` and ``rtc_remainder`` are then declared
-as optional inputs.
+(:meth:`check_observation`: a bad one refuses that robot before it joins a batch) and
+reach the worker as its previous plan, zero-padded to the chunk
+(:func:`~armory.policies.rtc_guidance.rtc_guidance`), with its delay and execution
+horizon (the worker wire's ``rtc.*`` entries); the backend guides its model with them.
+``rtc_prefix`` and ``rtc_remainder`` are then declared as optional inputs.
 
 ``policy:mock-worker`` runs the numpy mock backend in a worker on the server's own
 interpreter: the worker machinery without torch.
