@@ -14,7 +14,13 @@ from armory.core.latency_profile import LatencyProfile
 from armory.fleet_spec import DelaySpec, FleetSpec, RobotGroup, RobotSpec, load_fleet
 from armory.scheduling.fluid import solve_fluid
 from armory.scheduling.registry import make_scheduler, scheduler_names
-from armory.sim.bound import expected_tick_starvation, fleet_bound, starvation_bound
+from armory.sim.bound import (
+    expected_floor,
+    expected_tick_starvation,
+    fleet_bound,
+    starvation_bound,
+)
+from armory.sim.fleet_family import generate_fleet
 from armory.sim.simulator import SimConfig, simulate
 
 PAPER_FLEETS = Path(__file__).resolve().parents[1] / "configs" / "fleets" / "paper"
@@ -133,6 +139,120 @@ def test_bound_uses_the_smallest_delays() -> None:
 def test_no_robots_no_starvation() -> None:
     """An empty fleet has a bound of zero."""
     assert starvation_bound([], LatencyProfile({1: 0.07}), 4) == 0.0
+
+
+# ---- robots with one request in flight (threshold, directed) ---------------
+
+
+@pytest.mark.parametrize(
+    ("scale", "lo1", "hi1", "lo2", "hi2"),
+    [
+        (60.0, 0.07, 0.1, 0.02, 0.23),
+        (20.0, 0.02, 0.02, 0.1, 0.3),  # one term fixed
+        (60.0, 0.02, 0.233, 0.0, 0.0),
+        (7.3, 0.1, 0.5, 0.05, 0.05),
+        (25.0, 0.0831, 0.0849, 0.003, 0.005),
+    ],
+)
+def test_expected_floor_matches_sampling(
+    scale: float, lo1: float, hi1: float, lo2: float, hi2: float
+) -> None:
+    """The closed form of E[floor(scale (X1 + X2))] agrees with 400,000 draws."""
+    rng = np.random.default_rng(0)
+    x = rng.uniform(lo1, hi1, 400_000) + rng.uniform(lo2, hi2, 400_000)
+    sampled = float(np.floor(scale * x).mean())
+    assert expected_floor(scale, lo1, hi1, lo2, hi2) == pytest.approx(sampled, abs=0.01)
+
+
+def test_expected_floor_of_fixed_delays_is_the_floor() -> None:
+    """No spread: the ticks a window of 0.17 s holds at 20 Hz, 3."""
+    assert expected_floor(20.0, 0.07, 0.07, 0.1, 0.1) == 3.0
+
+
+def one_request_robot(
+    *, max_horizon: int, min_horizon: int, uplink: DelaySpec, downlink: DelaySpec
+) -> RobotSpec:
+    """One 20 Hz robot with the given horizons and links."""
+    return RobotSpec(
+        robot_id="arm-0",
+        control_hz=20.0,
+        min_execution_horizon=min_horizon,
+        max_execution_horizon=max_horizon,
+        weight=1.0,
+        uplink=uplink,
+        downlink=downlink,
+    )
+
+
+def one_robot_fleet(robot: RobotSpec, latency_s: float, mode: str) -> FleetSpec:
+    """A fleet of that one robot, singles of ``latency_s``, in request mode ``mode``."""
+    group = RobotGroup(
+        count=1,
+        control_hz=robot.control_hz,
+        min_execution_horizon=robot.min_execution_horizon,
+        max_execution_horizon=robot.max_execution_horizon,
+        uplink=robot.uplink,
+        downlink=robot.downlink,
+        name="arm",
+    )
+    return FleetSpec(
+        name=f"arm-{mode}",
+        robots=(group,),
+        action_horizon=robot.max_execution_horizon,
+        max_batch_size=1,
+        latency_points={1: latency_s},
+        request_mode=mode,  # type: ignore[arg-type]
+    )
+
+
+def test_a_chunk_tail_shorter_than_the_round_trip_starves_a_one_request_robot() -> None:
+    """20 Hz, E = 10, min horizon 8, 0.05 s links, 0.07 s singles: a round trip holds 3
+    ticks, the 2 actions a chunk has left past its 8th cover 2, so each chunk starves a
+    tick (a + r <= 20) while 2a <= 20 + 7r: a = 160 / 9, a bound of 1/9. Streaming every
+    tick the windows may overlap and the bound stays 0; a simulated threshold robot
+    starves at least 1/9."""
+    link = DelaySpec(0.05)
+    robot = one_request_robot(max_horizon=10, min_horizon=8, uplink=link, downlink=link)
+    profile = LatencyProfile({1: 0.07})
+    for mode in ("threshold", "directed"):
+        bound = starvation_bound([robot], profile, 1, request_mode=mode)  # type: ignore[arg-type]
+        assert bound == pytest.approx(1.0 / 9.0, abs=1e-6)
+    assert starvation_bound([robot], profile, 1) == pytest.approx(0.0, abs=1e-9)
+    fleet = one_robot_fleet(robot, 0.07, "threshold")
+    report = simulate(fleet, make_scheduler("max-batch"), SimConfig(duration_s=20.0))
+    assert report.system.starvation >= fleet_bound(fleet) - TOLERANCE
+
+
+def test_a_one_request_robot_pays_its_average_uplink_not_its_smallest() -> None:
+    """An uplink of 0.01-0.19 s: streaming, the scheduler may serve the observations
+    that came fastest, and the bound charges 0.01 s (a round trip of 1 tick, no
+    starvation); a threshold robot's one request takes what the link gives, 0.1 s on
+    average (2.6 ticks, more than the 1 action a chunk of 4 has past its 3rd)."""
+    robot = one_request_robot(
+        max_horizon=4, min_horizon=3, uplink=DelaySpec(0.1, 0.09), downlink=DelaySpec(0.005)
+    )
+    profile = LatencyProfile({1: 0.07})
+    streaming = starvation_bound([robot], profile, 1)
+    one_request = starvation_bound([robot], profile, 1, request_mode="threshold")
+    assert streaming == pytest.approx(0.0, abs=1e-9)
+    assert one_request > 0.3
+    fleet = one_robot_fleet(robot, 0.07, "threshold")
+    report = simulate(fleet, make_scheduler("max-batch"), SimConfig(duration_s=20.0))
+    assert report.system.starvation >= one_request - TOLERANCE
+
+
+@pytest.mark.parametrize("name", scheduler_names())
+@pytest.mark.parametrize("seed", [37, 42], ids=["directed-37", "threshold-42"])
+def test_no_scheduler_beats_the_one_request_bound(seed: int, name: str) -> None:
+    """Two generated fleets (training seeds) whose one-request bound is 6 and 3 pp above
+    the streaming one: 20 s of any scheduler starves at least the bound, less 0.01."""
+    fleet = generate_fleet("mixed", seed).fleet
+    assert fleet.request_mode in ("directed", "threshold")
+    bound = fleet_bound(fleet)
+    report = simulate(fleet, make_scheduler(name), SimConfig(duration_s=20.0, seed=0))
+    assert report.system.starvation >= bound - TOLERANCE, (
+        f"{name} starves {report.system.starvation:.4f}, below the bound {bound:.4f}"
+    )
 
 
 # ---- shape ----------------------------------------------------------------

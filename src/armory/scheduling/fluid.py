@@ -11,11 +11,18 @@ runs. With ``f_i`` the robot's rate, ``E_i`` its max execution horizon and
 - ``sum_i r_ib <= b n_b``, ``r_ib <= n_b``        (a batch of b serves b distinct robots)
 - ``sum_b n_b latency(b) <= 1``                   (one GPU)
 
-docs/scheduling.md derives the third constraint.
+With ``min_execution_horizon`` ``k_i`` (robots with one request in flight, whose
+chunk starts are at least ``k_i`` apart) a fourth:
+
+- ``a_i + sum_b r_ib (m_ib - E_i + k_i) <= f_i``   (a round trip past ``E_i - k_i`` ticks starves)
+
+where ``m_ib`` is the ticks a chunk's round trip holds at least (``floor(f_i l_ib)``;
+further valid estimates each add their rows). docs/scheduling.md derives the third and fourth constraints.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,6 +53,8 @@ def solve_fluid(
     min_total_actions_per_s: float | None = None,
     count: np.ndarray | None = None,
     expected_ticks: bool = False,
+    window_ticks: Sequence[np.ndarray] = (),
+    min_execution_horizon: np.ndarray | None = None,
 ) -> FluidSolution:
     """Maximise ``sum w_i a_i - gpu_cost * GPU seconds`` over the fluid constraints.
 
@@ -61,6 +70,11 @@ def solve_fluid(
     the mean, over a uniformly random tick phase, of the ticks a window of ``l``
     seconds holds, rather than the fewest. That is no longer a bound, but closer to
     what a fleet whose batches do not start on its robots' ticks pays.
+
+    Each matrix of ``window_ticks`` (robots x sizes) is a further ``m_ib``, valid on
+    its own, that adds its own third (and fourth) constraint beside ``floor(f l)``'s.
+    ``min_execution_horizon`` adds the fourth constraint, valid where a robot's
+    request windows do not overlap.
     """
     f = np.asarray(control_hz, dtype=np.float64)
     e = np.asarray(max_execution_horizon, dtype=np.float64)
@@ -74,28 +88,34 @@ def solve_fluid(
     nb_col = n + n * sizes + np.arange(sizes)
     l_ib = latency[None, :] + np.asarray(delay_s, dtype=np.float64)[:, None]
     ticks_ib = f[:, None] * l_ib
-    charge_ib = ticks_ib if expected_ticks else np.floor(ticks_ib + 1e-9)
+    charges = [ticks_ib if expected_ticks else np.floor(ticks_ib + 1e-9)]
+    charges += [np.asarray(c, dtype=np.float64).reshape(n, sizes) for c in window_ticks]
 
-    # Rows 0..n-1:    a_i - E_i sum_b r_ib <= 0
-    # Rows n..2n-1: 2 a_i - sum_b r_ib (E_i - floor(f_i l_ib)) <= f_i
-    # (a window of l seconds holds at least floor(f l) ticks; f l with expected_ticks)
     robot_rows = np.arange(n)
-    rows = [
-        robot_rows,
-        np.repeat(robot_rows, sizes),
-        n + robot_rows,
-        n + np.repeat(robot_rows, sizes),
-    ]
-    cols = [robot_rows, r_col.ravel(), robot_rows, r_col.ravel()]
-    vals = [
-        np.ones(n),
-        -np.repeat(e, sizes),
-        2.0 * np.ones(n),
-        -(e[:, None] - charge_ib).ravel(),
-    ]
-    rhs = [np.zeros(n), f]
-    # Rows 2n..2n+sizes-1: sum_i r_ib - b n_b <= 0
-    base = 2 * n
+    pairs = np.repeat(robot_rows, sizes)
+    # Rows 0..n-1: a_i - E_i sum_b r_ib <= 0
+    rows = [robot_rows, pairs]
+    cols = [robot_rows, r_col.ravel()]
+    vals = [np.ones(n), -np.repeat(e, sizes)]
+    rhs = [np.zeros(n)]
+    base = n
+    for charge_ib in charges:
+        # 2 a_i - sum_b r_ib (E_i - m_ib) <= f_i
+        # (a window of l seconds holds at least floor(f l) ticks; f l with expected_ticks)
+        rows += [base + robot_rows, base + pairs]
+        cols += [robot_rows, r_col.ravel()]
+        vals += [2.0 * np.ones(n), -(e[:, None] - charge_ib).ravel()]
+        rhs.append(f)
+        base += n
+        if min_execution_horizon is not None:
+            # a_i + sum_b r_ib (m_ib - E_i + k_i) <= f_i
+            k = np.asarray(min_execution_horizon, dtype=np.float64)
+            rows += [base + robot_rows, base + pairs]
+            cols += [robot_rows, r_col.ravel()]
+            vals += [np.ones(n), (charge_ib - e[:, None] + k[:, None]).ravel()]
+            rhs.append(f)
+            base += n
+    # Rows: sum_i r_ib - b n_b <= 0
     rows += [base + np.tile(np.arange(sizes), n), base + np.arange(sizes)]
     cols += [r_col.ravel(), nb_col]
     vals += [np.repeat(m, sizes), -b_values]

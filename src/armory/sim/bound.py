@@ -6,30 +6,67 @@ the smallest delays they can produce. docs/scheduling.md derives the constraints
 and states their one assumption: a robot's request windows do not overlap
 (a scheduler that pipelines requests for one robot while the GPU idles can beat
 it; on GPU-bound fleets none does).
+
+In threshold and directed modes a robot has one request in flight, so its windows
+never overlap, and each window is charged the ticks its links and forward pass
+hold on average (the delays are drawn after the robot decides to send, whatever the
+scheduler does), and the chunk-start spacing of ``min_execution_horizon`` adds the
+fluid's fourth constraint.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from armory.core.latency_profile import LatencyProfile
-from armory.fleet_spec import FleetSpec, RobotSpec
+from armory.fleet_spec import DelaySpec, FleetSpec, RequestMode, RobotSpec
 from armory.scheduling.fluid import FluidSolution, solve_fluid
 
 
+ONE_REQUEST_MODES: tuple[RequestMode, ...] = ("threshold", "directed")
+"""Request modes in which a robot waits for its answer before it sends again."""
+
+
 def starvation_bound(
-    robots: Sequence[RobotSpec], profile: LatencyProfile, max_batch_size: int
+    robots: Sequence[RobotSpec],
+    profile: LatencyProfile,
+    max_batch_size: int,
+    *,
+    request_mode: RequestMode = "every-tick",
+    latency_jitter: float = 0.0,
 ) -> float:
-    """Least achievable fleet starvation (fraction of ticks): ``1 - sum a_i / sum f_i``."""
-    return _least_starvation(robots, profile, max_batch_size, expected_ticks=False)
+    """Least achievable fleet starvation (fraction of ticks): ``1 - sum a_i / sum f_i``.
+
+    ``latency_jitter`` is the forward pass's relative jitter (uniform in ``[1 - j, 1 + j]``
+    times the profile); it matters in the one-request modes only.
+    """
+    if request_mode not in ONE_REQUEST_MODES:
+        return _least_starvation(robots, profile, max_batch_size, expected_ticks=False)
+    if not robots:
+        return 0.0
+    classes = robot_classes(robots)
+    latency = profile.table(max_batch_size)[1:]
+    solution = classes.solve(
+        latency,
+        window_ticks=[classes.one_request_window_ticks(latency, latency_jitter)],
+        min_execution_horizon=classes.min_execution_horizon,
+    )
+    return classes.starvation(solution)
 
 
 def fleet_bound(fleet: FleetSpec) -> float:
-    """:func:`starvation_bound` of a fleet file's robots and configured profile."""
-    return starvation_bound(fleet.robot_specs(), fleet.profile(), fleet.max_batch_size)
+    """:func:`starvation_bound` of a fleet file's robots, profile and request mode."""
+    return starvation_bound(
+        fleet.robot_specs(),
+        fleet.profile(),
+        fleet.max_batch_size,
+        request_mode=fleet.request_mode,
+        latency_jitter=fleet.latency_jitter,
+    )
 
 
 def expected_tick_starvation(fleet: FleetSpec) -> float:
@@ -56,19 +93,58 @@ def _least_starvation(
         return 0.0
     classes = robot_classes(robots)
     solution = classes.solve(profile.table(max_batch_size)[1:], expected_ticks=expected_ticks)
-    executed = float(classes.count @ solution.actions_per_s)
-    return max(0.0, 1.0 - executed / float(classes.count @ classes.control_hz))
+    return classes.starvation(solution)
 
 
 @dataclass(frozen=True)
 class RobotClasses:
-    """Robots grouped by (rate, max horizon, smallest round-trip delay, weight)."""
+    """Robots grouped by rate, horizons, links and weight (interchangeable robots)."""
 
     control_hz: np.ndarray
     max_execution_horizon: np.ndarray
-    delay_s: np.ndarray
+    min_execution_horizon: np.ndarray
+    uplink: tuple[DelaySpec, ...]
+    downlink: tuple[DelaySpec, ...]
     weight: np.ndarray
     count: np.ndarray
+
+    @property
+    def delay_s(self) -> np.ndarray:
+        """The smallest uplink plus downlink of each class."""
+        return np.array([u.min_s + d.min_s for u, d in zip(self.uplink, self.downlink, strict=True)])
+
+    def starvation(self, solution: FluidSolution) -> float:
+        """The fleet's starvation under ``solution``: ``1 - sum a_i / sum f_i``."""
+        executed = float(self.count @ solution.actions_per_s)
+        return max(0.0, 1.0 - executed / float(self.count @ self.control_hz))
+
+    def one_request_window_ticks(self, latency_s: np.ndarray, latency_jitter: float) -> np.ndarray:
+        """Ticks a chunk's round trip holds on average (classes x batch sizes), for a robot
+        that sends when it decides and then waits for the chunk.
+
+        The uplink delay ``u`` is drawn after the robot sent, so it averages over its
+        distribution whichever requests the scheduler batches together; the forward pass
+        ``L_b`` and the downlink ``d`` are drawn after the batch size is chosen. A window
+        of ``u + L_b + d`` seconds from a tick holds at least ``floor(f u) + floor(f (L_b
+        + d))`` ticks; each term is averaged over its uniform delays exactly.
+        """
+        rows = []
+        for f, up, down in zip(self.control_hz, self.uplink, self.downlink, strict=True):
+            uplink_ticks = expected_floor(f, up.min_s, up.median_s + up.jitter_s, 0.0, 0.0)
+            rows.append(
+                [
+                    uplink_ticks
+                    + expected_floor(
+                        f,
+                        latency * (1.0 - latency_jitter),
+                        latency * (1.0 + latency_jitter),
+                        down.min_s,
+                        down.median_s + down.jitter_s,
+                    )
+                    for latency in latency_s
+                ]
+            )
+        return np.array(rows, dtype=np.float64).reshape(len(self.uplink), len(latency_s))
 
     def solve(self, latency_s: np.ndarray, **options: object) -> FluidSolution:
         """:func:`solve_fluid` over the classes (``options`` as there)."""
@@ -84,15 +160,70 @@ class RobotClasses:
 
 def robot_classes(robots: Sequence[RobotSpec]) -> RobotClasses:
     """Group interchangeable robots, in order of first appearance."""
-    counts: dict[tuple[float, int, float, float], int] = {}
+    counts: dict[tuple[float, int, int, DelaySpec, DelaySpec, float], int] = {}
     for r in robots:
-        key = (r.control_hz, r.max_execution_horizon, r.uplink.min_s + r.downlink.min_s, r.weight)
+        key = (
+            r.control_hz,
+            r.max_execution_horizon,
+            r.min_execution_horizon,
+            r.uplink,
+            r.downlink,
+            r.weight,
+        )
         counts[key] = counts.get(key, 0) + 1
-    keys = np.array(list(counts), dtype=np.float64).reshape(-1, 4)
+    keys = list(counts)
     return RobotClasses(
-        control_hz=keys[:, 0],
-        max_execution_horizon=keys[:, 1],
-        delay_s=keys[:, 2],
-        weight=keys[:, 3],
+        control_hz=np.array([k[0] for k in keys], dtype=np.float64),
+        max_execution_horizon=np.array([k[1] for k in keys], dtype=np.float64),
+        min_execution_horizon=np.array([k[2] for k in keys], dtype=np.float64),
+        uplink=tuple(k[3] for k in keys),
+        downlink=tuple(k[4] for k in keys),
+        weight=np.array([k[5] for k in keys], dtype=np.float64),
         count=np.array(list(counts.values()), dtype=np.float64),
     )
+
+
+_NARROW_TICKS = 1e-3
+"""A delay spread narrower than this many ticks is taken at its smallest value (a
+lower bound, and no cancellation in :func:`expected_floor`'s differences)."""
+
+
+def expected_floor(scale: float, lo1: float, hi1: float, lo2: float, hi2: float) -> float:
+    """``E[floor(scale (X1 + X2))]`` for independent ``X1 ~ U[lo1, hi1]``, ``X2 ~ U[lo2, hi2]``.
+
+    Exact, through the repeated integrals of ``floor``: ``F(y) = int_0^y floor`` and
+    ``H(y) = int_0^y F``. A spread under a thousandth of a tick is taken at its low end,
+    which can only lower the result.
+    """
+    w1 = scale * (hi1 - lo1)
+    w2 = scale * (hi2 - lo2)
+    y1, y2 = scale * lo1, scale * lo2
+    if w1 < _NARROW_TICKS:
+        w1 = 0.0
+    if w2 < _NARROW_TICKS:
+        w2 = 0.0
+    if w1 == 0.0 and w2 == 0.0:
+        return float(math.floor(y1 + y2 + 1e-9))
+    if w1 == 0.0 or w2 == 0.0:
+        y, w = y1 + y2, w1 + w2
+        return (_floor_integral(y + w) - _floor_integral(y)) / w
+    corners = (
+        _floor_integral2(y1 + w1 + y2 + w2)
+        - _floor_integral2(y1 + y2 + w2)
+        - _floor_integral2(y1 + w1 + y2)
+        + _floor_integral2(y1 + y2)
+    )
+    return corners / (w1 * w2)
+
+
+def _floor_integral(y: float) -> float:
+    """``int_0^y floor(t) dt`` for ``y >= 0``."""
+    n = math.floor(y)
+    return n * (n - 1) / 2 + n * (y - n)
+
+
+def _floor_integral2(y: float) -> float:
+    """``int_0^y int_0^s floor(t) dt ds`` for ``y >= 0``."""
+    n = math.floor(y)
+    theta = y - n
+    return (n - 1) * n * (2 * n - 1) / 12 + n * (n - 1) / 2 * theta + n * theta**2 / 2
