@@ -17,7 +17,8 @@ chunk starts are at least ``k_i`` apart) a fourth:
 - ``a_i + sum_b r_ib (m_ib - E_i + k_i) <= f_i``   (a round trip past ``E_i - k_i`` ticks starves)
 
 where ``m_ib`` is the ticks a chunk's round trip holds at least (``floor(f_i l_ib)``;
-further valid estimates each add their rows). docs/scheduling.md derives the third and fourth constraints.
+further valid estimates each add their rows). docs/scheduling.md derives the third
+and fourth constraints.
 """
 
 from __future__ import annotations

@@ -26,7 +26,6 @@ from armory.core.latency_profile import LatencyProfile
 from armory.fleet_spec import DelaySpec, FleetSpec, RequestMode, RobotSpec
 from armory.scheduling.fluid import FluidSolution, solve_fluid
 
-
 ONE_REQUEST_MODES: tuple[RequestMode, ...] = ("threshold", "directed")
 """Request modes in which a robot waits for its answer before it sends again."""
 
@@ -111,7 +110,8 @@ class RobotClasses:
     @property
     def delay_s(self) -> np.ndarray:
         """The smallest uplink plus downlink of each class."""
-        return np.array([u.min_s + d.min_s for u, d in zip(self.uplink, self.downlink, strict=True)])
+        pairs = zip(self.uplink, self.downlink, strict=True)
+        return np.array([u.min_s + d.min_s for u, d in pairs])
 
     def starvation(self, solution: FluidSolution) -> float:
         """The fleet's starvation under ``solution``: ``1 - sum a_i / sum f_i``."""
