@@ -14,9 +14,9 @@ table's precision). Per fleet:
 
 then the summary: the fleets where each placement holds at least ``0.95 K n1``
 (SCALE), and the mixed fleets (more than one robot type) where fluid starves fewer
-ticks than both random and round-robin (fleets where all starve none counted apart).
-Fleets where one GPU holds fewer than 2 robots or more than ``--max-n1`` are skipped
-(listed).
+ticks than both random and round-robin (fleets where all starve none counted apart),
+and each placement's starved ticks summed over the mixed fleets. Fleets where one
+GPU holds fewer than 2 robots or more than ``--max-n1`` are skipped (listed).
 
     python benchmarks/placement.py [--count 12] [--first-seed 1000] [--duration 10]
         [--gpus 1 2 4 8] [--workers 2] [--repeats 1] [--json out.json]
@@ -209,6 +209,14 @@ def main() -> None:
             print(
                 f"  mixed fleets at {f} K n1: fluid starves fewer ticks than random and "
                 f"round-robin on {fewer}/{len(mixed) - zero} (ties {tied}; all zero on {zero})"
+            )
+            totals = {
+                p: sum(by[s, k, p]["starved_ticks"][str(f)] for s in mixed) for p in PLACEMENTS
+            }
+            summary[f"total_{k}_{f}"] = totals
+            print(
+                f"  starved ticks summed over the mixed fleets at {f} K n1: "
+                + ", ".join(f"{p} {n}" for p, n in totals.items())
             )
     print(f"\n{time.perf_counter() - start:.0f} s")
     if args.json:
