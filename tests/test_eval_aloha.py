@@ -153,7 +153,10 @@ def test_two_robots_with_a_camera_policy_a_ticket_and_variation(tmp_path: Path) 
     done = _eval("eval", "env:aloha", *policy, *options, "--out", str(out), "--no-progress")
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
-    assert {e["robot"] for e in results["episodes"]} == {"robot-0", "robot-1"}
+    # Robots take episodes from one queue, so which robot runs which depends on the
+    # machine's speed (a robot slow to start its renderer may run none).
+    assert results["run"]["robots"] == 2 and len(results["episodes"]) == 2
+    assert {e["robot"] for e in results["episodes"]} <= {"robot-0", "robot-1"}
     for episode in results["episodes"]:
         assert episode["num_steps"] == 5 and episode["num_request_errors"] == 0
         assert episode["ticket"]["served_sha256"] == [episode["ticket"]["sha256"]]
