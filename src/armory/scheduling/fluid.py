@@ -92,6 +92,7 @@ def solve_fluid(
     charges = [ticks_ib if expected_ticks else np.floor(ticks_ib + 1e-9)]
     charges += [np.asarray(c, dtype=np.float64).reshape(n, sizes) for c in window_ticks]
 
+    k = None if min_execution_horizon is None else np.asarray(min_execution_horizon, np.float64)
     robot_rows = np.arange(n)
     pairs = np.repeat(robot_rows, sizes)
     # Rows 0..n-1: a_i - E_i sum_b r_ib <= 0
@@ -108,9 +109,8 @@ def solve_fluid(
         vals += [2.0 * np.ones(n), -(e[:, None] - charge_ib).ravel()]
         rhs.append(f)
         base += n
-        if min_execution_horizon is not None:
+        if k is not None:
             # a_i + sum_b r_ib (m_ib - E_i + k_i) <= f_i
-            k = np.asarray(min_execution_horizon, dtype=np.float64)
             rows += [base + robot_rows, base + pairs]
             cols += [robot_rows, r_col.ravel()]
             vals += [np.ones(n), (charge_ib - e[:, None] + k[:, None]).ravel()]

@@ -43,18 +43,13 @@ def starvation_bound(
     ``latency_jitter`` is the forward pass's relative jitter (uniform in ``[1 - j, 1 + j]``
     times the profile); it matters in the one-request modes only.
     """
-    if request_mode not in ONE_REQUEST_MODES:
-        return _least_starvation(robots, profile, max_batch_size, expected_ticks=False)
-    if not robots:
-        return 0.0
-    classes = robot_classes(robots)
-    latency = profile.table(max_batch_size)[1:]
-    solution = classes.solve(
-        latency,
-        window_ticks=[classes.one_request_window_ticks(latency, latency_jitter)],
-        min_execution_horizon=classes.min_execution_horizon,
+    one_request = request_mode in ONE_REQUEST_MODES
+    return _least_starvation(
+        robots,
+        profile,
+        max_batch_size,
+        one_request_jitter=latency_jitter if one_request else None,
     )
-    return classes.starvation(solution)
 
 
 def fleet_bound(fleet: FleetSpec) -> float:
@@ -86,12 +81,24 @@ def _least_starvation(
     profile: LatencyProfile,
     max_batch_size: int,
     *,
-    expected_ticks: bool,
+    expected_ticks: bool = False,
+    one_request_jitter: float | None = None,
 ) -> float:
+    """The fluid's least starvation; with ``one_request_jitter`` (the forward pass's
+    relative jitter) the one-request-mode constraints are added."""
     if not robots:
         return 0.0
     classes = robot_classes(robots)
-    solution = classes.solve(profile.table(max_batch_size)[1:], expected_ticks=expected_ticks)
+    latency = profile.table(max_batch_size)[1:]
+    if one_request_jitter is None:
+        solution = classes.solve(latency, expected_ticks=expected_ticks)
+    else:
+        solution = classes.solve(
+            latency,
+            expected_ticks=expected_ticks,
+            window_ticks=[classes.one_request_window_ticks(latency, one_request_jitter)],
+            min_execution_horizon=classes.min_execution_horizon,
+        )
     return classes.starvation(solution)
 
 
