@@ -21,6 +21,7 @@ from typing import Self
 from armory.core.addresses import is_loopback
 from armory.engine.batch_loop import Clock
 from armory.engine.config import ServerConfig
+from armory.engine.heap_trim import glibc_malloc_trim, trim_heap_every
 from armory.engine.server_engine import EngineStats, ServerEngine
 from armory.policies.base import Policy
 from armory.scheduling.base import Scheduler
@@ -77,6 +78,7 @@ class ArmoryServer:
         if self.transport is None and not self.doors:
             raise ValueError("no front door to open: give an openpi port or another door")
         self.host = host
+        self._heap_trim: asyncio.Task[None] | None = None
         self.stop_requested = asyncio.Event()
         """Set by :meth:`request_stop`; :func:`run_server` stops when it is set."""
 
@@ -117,9 +119,19 @@ class ArmoryServer:
                     await transport.stop()
             await self.engine.stop()
             raise
+        trim = glibc_malloc_trim()
+        if self.config.heap_trim_interval_s is not None and trim is not None:
+            self._heap_trim = asyncio.create_task(
+                trim_heap_every(self.config.heap_trim_interval_s, trim)
+            )
 
     async def stop(self) -> None:
         """Close every connection, finish a running batch, stop the worker."""
+        if self._heap_trim is not None:
+            self._heap_trim.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._heap_trim
+            self._heap_trim = None
         for transport in self.transports:
             await transport.stop()
         await self.engine.stop()

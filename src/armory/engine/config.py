@@ -77,6 +77,11 @@ class ServerConfig:
     """Most robots connected at once through each door; one more is refused (openpi: HTTP
     503 at the handshake; GR00T: an error reply; LeRobot: RESOURCE_EXHAUSTED, also past
     two calls at once per robot)."""
+    # Memory
+    heap_trim_interval_s: float | None = 10.0
+    """Every this many seconds the server returns freed heap memory to the operating
+    system (glibc's ``malloc_trim``, a few ms in a worker thread), so that its resident
+    memory falls back after a burst of large frames or connections; None: never."""
     # The executor
     decide_ahead_s: float = 0.002
     """The next batch is decided this long before the running forward pass is expected to
@@ -127,6 +132,13 @@ class ServerConfig:
             )
         if self.max_connections < 1:
             raise ValueError(f"--server.max-connections must be >= 1, got {self.max_connections}")
+        if self.heap_trim_interval_s is not None and not (
+            self.heap_trim_interval_s > 0 and math.isfinite(self.heap_trim_interval_s)
+        ):
+            raise ValueError(
+                "--server.heap-trim-interval-s must be > 0 seconds (or None), got "
+                f"{self.heap_trim_interval_s}"
+            )
         if not (self.decide_ahead_s >= 0 and math.isfinite(self.decide_ahead_s)):
             raise ValueError(f"--server.decide-ahead-s must be >= 0, got {self.decide_ahead_s}")
         if self.switch_interval_s is not None and not 0 < self.switch_interval_s <= 1:
