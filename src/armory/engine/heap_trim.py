@@ -16,23 +16,25 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import ctypes.util
+import functools
 import logging
-import platform
+import os
 from collections.abc import Callable
 
 logger = logging.getLogger(__name__)
 
 
+@functools.cache
 def glibc_malloc_trim() -> Callable[[], None] | None:
     """``malloc_trim(0)`` of the process's glibc, or None where the C library is another."""
-    if platform.libc_ver()[0] != "glibc":
+    try:
+        version = os.confstr("CS_GNU_LIBC_VERSION")
+    except (AttributeError, ValueError, OSError):  # no confstr, or no such name here
         return None
-    name = ctypes.util.find_library("c")
-    if name is None:
+    if not version or not version.startswith("glibc"):
         return None
     try:
-        trim = ctypes.CDLL(name).malloc_trim
+        trim = ctypes.CDLL(None).malloc_trim  # the symbols the process already has
     except (OSError, AttributeError):
         return None
     trim.argtypes = [ctypes.c_size_t]
