@@ -134,6 +134,17 @@ def test_wildcard_dimensions_accept_any_size() -> None:
         validate_observation({"points": np.zeros(3, np.float32)}, inputs)
 
 
+def test_a_shape_declared_as_a_list_checks_as_its_tuple() -> None:
+    """A shape read from a config file as a list is kept as a tuple: arrays of that shape
+    pass, others are refused naming it."""
+    spec = InputSpec([4, 3], "float32")  # type: ignore[arg-type]
+    assert spec.shape == (4, 3)
+    validate_observation({"x": np.zeros((4, 3), np.float32)}, {"x": spec})
+    for wrong in [(3, 4), (4, 3, 1), (12,)]:
+        with pytest.raises(ObservationError, match=r"expected shape \(4, 3\)"):
+            validate_observation({"x": np.zeros(wrong, np.float32)}, {"x": spec})
+
+
 def test_input_spec_refuses_object_dtype() -> None:
     """A policy cannot declare an object input."""
     with pytest.raises(ValueError, match="object"):

@@ -11,6 +11,7 @@ arrays are read-only views of the received bytes: a policy must not write to the
 from __future__ import annotations
 
 import abc
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,6 +52,13 @@ CONTEXT_KEYS = (CONTEXT_CHUNK_START, CONTEXT_ROBOT)
 _REFUSED_KINDS = {"O": "object", "V": "void/structured"}
 
 
+@functools.cache
+def _dtype(name: str) -> np.dtype:
+    """``np.dtype(name)``, built once per name (it is looked up for every input of every
+    request)."""
+    return np.dtype(name)
+
+
 @dataclass(frozen=True)
 class InputSpec:
     """One declared observation input."""
@@ -63,6 +71,7 @@ class InputSpec:
     """A missing required input is an error; a missing optional one is fine."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(self.shape))  # a list from a config file
         if self.dtype == STR_DTYPE:
             return
         try:
@@ -191,7 +200,7 @@ def conform_observation(obs: Mapping[str, Any], inputs: Mapping[str, InputSpec])
         if isinstance(value, np.generic):
             value = out[key] = np.asarray(value)
         if isinstance(value, np.ndarray) and not spec.is_text:
-            dtype = np.dtype(spec.dtype)
+            dtype = _dtype(spec.dtype)
             if value.dtype != dtype:
                 out[key] = value.astype(dtype)
     return out
@@ -235,7 +244,7 @@ def _check_value(key: str, value: Any, spec: InputSpec) -> None:
             f"observation input {key!r}: expected an ndarray {spec.describe()}, "
             f"received {_describe(value)}"
         )
-    expected = np.dtype(spec.dtype)
+    expected = _dtype(spec.dtype)
     received = value.dtype
     if received.kind in _REFUSED_KINDS or received.hasobject:
         kind = _REFUSED_KINDS.get(received.kind, "object")
@@ -249,9 +258,7 @@ def _check_value(key: str, value: Any, spec: InputSpec) -> None:
             f"observation input {key!r}: expected dtype {expected.name}, received "
             f"{received.name} (shape {value.shape})"
         )
-    if len(value.shape) != len(spec.shape) or any(
-        want is not None and got != want for got, want in zip(value.shape, spec.shape, strict=True)
-    ):
+    if not _shape_matches(value.shape, spec.shape):
         raise ObservationError(
             f"observation input {key!r}: expected shape {_shape_text(spec.shape)}, "
             f"received {value.shape} ({received.name})"
@@ -270,6 +277,15 @@ def _check_value(key: str, value: Any, spec: InputSpec) -> None:
                 f"observation input {key!r}: holds {largest:g}, beyond the range of the "
                 f"declared {expected.name} (+-{limit:g})"
             )
+
+
+def _shape_matches(shape: tuple[int, ...], declared: tuple[int | None, ...]) -> bool:
+    """Whether ``shape`` has the declared rank and size wherever one is declared."""
+    if None not in declared:
+        return shape == declared
+    if len(shape) != len(declared):
+        return False
+    return all(want is None or got == want for got, want in zip(shape, declared, strict=True))
 
 
 def _shape_text(shape: tuple[int | None, ...]) -> str:
