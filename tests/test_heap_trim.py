@@ -107,15 +107,27 @@ def test_the_server_trims_while_it_runs_and_stops_when_it_stops(
 
 
 def test_no_trim_when_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``heap_trim_interval_s=None`` never trims."""
-    trim = CountingTrim()
-    monkeypatch.setattr(armory.serve, "glibc_malloc_trim", lambda: trim)
-    server = ArmoryServer(
+    """``heap_trim_interval_s=None`` starts no periodic trim (with the option on, the same
+    server starts one with its interval)."""
+    started: list[float] = []
+
+    async def record(interval_s: float, trim: Callable[[], None]) -> None:
+        started.append(interval_s)
+        await asyncio.Event().wait()  # until cancelled, as the real one
+
+    monkeypatch.setattr(armory.serve, "glibc_malloc_trim", CountingTrim)
+    monkeypatch.setattr(armory.serve, "trim_heap_every", record)
+    switched_on = ArmoryServer(
+        make_mock(), ServerConfig(heap_trim_interval_s=7.0), host="127.0.0.1", port=0
+    )
+    with ServerThread(switched_on):
+        wait_for(lambda: bool(started))
+    switched_off = ArmoryServer(
         make_mock(), ServerConfig(heap_trim_interval_s=None), host="127.0.0.1", port=0
     )
-    with ServerThread(server):
-        time.sleep(0.1)
-    assert trim.calls == 0
+    with ServerThread(switched_off):
+        time.sleep(0.1)  # a task created at start would have run its first step by now
+    assert started == [7.0]
 
 
 @pytest.mark.parametrize("interval_s", [0.0, -1.0, math.inf, math.nan])
