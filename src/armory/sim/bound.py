@@ -90,15 +90,17 @@ def _least_starvation(
         return 0.0
     classes = robot_classes(robots)
     latency = profile.table(max_batch_size)[1:]
-    if one_request_jitter is None:
-        solution = classes.solve(latency, expected_ticks=expected_ticks)
-    else:
-        solution = classes.solve(
-            latency,
-            expected_ticks=expected_ticks,
-            window_ticks=[classes.one_request_window_ticks(latency, one_request_jitter)],
-            min_execution_horizon=classes.min_execution_horizon,
-        )
+    one_request = one_request_jitter is not None
+    solution = classes.solve(
+        latency,
+        expected_ticks=expected_ticks,
+        window_ticks=(
+            [classes.one_request_window_ticks(latency, one_request_jitter)]
+            if one_request_jitter is not None
+            else ()
+        ),
+        min_execution_horizon=classes.min_execution_horizon if one_request else None,
+    )
     return classes.starvation(solution)
 
 
