@@ -46,12 +46,15 @@ class FluidMix:
     """A fleet's fluid optimum (weighted, at the least GPU time)."""
 
     fits: bool
-    """The optimum serves every robot in full (each chunk charged the fewest ticks its
-    latency can hold)."""
+    """The GPU keeps up: the optimum serves every robot as much as its own round trip
+    allows (each chunk charged the fewest ticks its latency can hold)."""
     sizes: np.ndarray
     """Batch sizes the optimum uses, under either tick charge (possibly none)."""
     share: np.ndarray
     """Per robot of the snapshot: the share of its ticks the optimum serves (0..1)."""
+    held: np.ndarray
+    """Per robot of the snapshot: the optimum serves it less than its round trip allows
+    (the GPU, not its links and forward pass, is what it waits for)."""
 
 
 def fluid_mix(s: Snapshot) -> FluidMix:
@@ -60,8 +63,13 @@ def fluid_mix(s: Snapshot) -> FluidMix:
     keys = np.stack([s.control_hz, s.max_execution_horizon, steps, s.weight], axis=1)
     classes, counts, inverse = _classes(np.round(keys, 6).tobytes())
     table = np.log(s.latency_table_s[1:]) / np.log1p(TABLE_STEP)
-    fits, sizes, share = _solve(classes, counts, tuple(np.round(table).astype(np.int64).tolist()))
-    return FluidMix(fits, np.array(sizes, dtype=np.int64), np.array(share)[inverse])
+    sizes, share, held = _solve(classes, counts, tuple(np.round(table).astype(np.int64).tolist()))
+    return FluidMix(
+        fits=not any(held),
+        sizes=np.array(sizes, dtype=np.int64),
+        share=np.array(share)[inverse],
+        held=np.array(held)[inverse],
+    )
 
 
 def link_steps(round_trip_s: np.ndarray) -> np.ndarray:
@@ -110,7 +118,7 @@ def _classes(
 @lru_cache(maxsize=_MEMO_SIZE)
 def _solve(
     classes: tuple[tuple[float, ...], ...], counts: tuple[int, ...], table_steps: tuple[int, ...]
-) -> tuple[bool, tuple[int, ...], tuple[float, ...]]:
+) -> tuple[tuple[int, ...], tuple[float, ...], tuple[bool, ...]]:
     keys = np.array(classes, dtype=np.float64)
     control_hz, horizon, weight = keys[:, 0], keys[:, 1], keys[:, 3]
     delay_s = link_of_step(keys[:, 2])
@@ -133,8 +141,24 @@ def _solve(
     # (more, so smaller batches can win).
     sizes = np.union1d(*(_sizes_used(solution) for solution in solutions))
     share = np.clip(solutions[0].actions_per_s / control_hz, 0.0, 1.0)
-    fits = bool(np.all(share >= 1.0 - 1e-6))
-    return fits, tuple(int(b) for b in sizes), tuple(float(x) for x in share)
+    held = share < round_trip_share(control_hz, horizon, delay_s + latency_s[0]) - 1e-6
+    return tuple(int(b) for b in sizes), tuple(float(x) for x in share), tuple(held.tolist())
+
+
+def round_trip_share(
+    control_hz: np.ndarray, max_execution_horizon: np.ndarray, round_trip_s: np.ndarray
+) -> np.ndarray:
+    """The most of its ticks a robot can be served with the GPU all its own (alone in
+    batches of one), in the fluid program: all of them while a chunk outlasts the
+    ``m = floor(f l)`` ticks its round trip holds; else only chunks from observations
+    taken once dry are worth anything, and each is played for ``E`` ticks and then
+    waited for ``m``, ``E / (E + m)``."""
+    held_ticks = np.floor(control_hz * round_trip_s + 1e-9)
+    return np.where(
+        max_execution_horizon > held_ticks,
+        1.0,
+        max_execution_horizon / (max_execution_horizon + held_ticks),
+    )
 
 
 def _sizes_used(solution: FluidSolution) -> np.ndarray:

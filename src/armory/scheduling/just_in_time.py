@@ -247,8 +247,10 @@ class JustInTimeScheduler(Scheduler):
         return np.where((share >= _IN_FULL) | ~waits_ok, 0.0, np.minimum(waits, _NEVER_S))
 
     def waits_dry(self, snapshot: Snapshot) -> np.ndarray:
-        """Directed robots the fluid optimum serves less than in full, on a fleet over
-        capacity: fluid-share keeps them waiting dry, so they should send once dry."""
+        """Directed robots the fluid optimum serves less than in full: over capacity
+        fluid-share keeps them waiting dry, and a robot whose round trip holds more ticks
+        than its chunk is worth serving only from an observation taken once dry; either
+        way they should send once dry."""
         s = snapshot
         if not self._on("fluid-share") or not _directed(s).any() or surely_fits(s):
             return np.zeros(s.num_robots, dtype=bool)
@@ -266,11 +268,13 @@ class JustInTimeScheduler(Scheduler):
         return Batch(tuple(s.robot_id[rows[:size]].tolist()), rule="overload")
 
     def _fluid_optimum(self, s: Snapshot) -> tuple[bool, np.ndarray, np.ndarray]:
-        """Whether the fleet's fluid optimum serves every robot in full, the batch sizes
-        it uses (every candidate size if it uses none), and the share of each robot's
-        ticks it serves (all ones, unsolved, when the fleet surely fits)."""
+        """Whether the GPU keeps up with the fleet (its fluid optimum serves every robot
+        as much as the robot's round trip allows), the batch sizes it uses (every
+        candidate size if it uses none), and the share of each robot's ticks the GPU
+        leaves it (all ones, unsolved, when the fleet surely fits; one for a robot held
+        back by its own round trip alone, which a dry wait would not help)."""
         if surely_fits(s):
             return True, candidate_sizes(s.max_batch_size), np.ones(s.num_robots)
         mix = fluid_mix(s)
         sizes = mix.sizes if mix.sizes.size else candidate_sizes(s.max_batch_size)
-        return mix.fits, sizes, mix.share
+        return mix.fits, sizes, np.where(mix.held, mix.share, 1.0)
