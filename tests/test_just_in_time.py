@@ -12,6 +12,7 @@ from factories import make_snapshot, random_snapshot
 from armory.core.latency_profile import LatencyProfile, LinearProfileConfig
 from armory.fleet_spec import DelaySpec, FleetSpec, RobotGroup
 from armory.scheduling import fluid_mix
+from armory.scheduling.fluid import solve_fluid
 from armory.scheduling.just_in_time import JustInTimeScheduler, candidate_sizes
 from armory.scheduling.max_batch import MaxBatchScheduler
 from armory.sim.simulator import SimConfig, simulate
@@ -277,3 +278,25 @@ def test_far_robots_with_short_chunks_starve_no_more_than_under_max_batch(seed: 
     ours = simulate(fleet, JustInTimeScheduler(), config).system.starvation
     baseline = simulate(fleet, MaxBatchScheduler(), config).system.starvation
     assert ours <= baseline + 0.01
+
+
+def test_of_optima_alike_the_fluid_program_abandons_no_robot_it_need_not() -> None:
+    """50 robots at 40 Hz and 151 at 50 Hz, 33-action chunks, one weight, a GPU too small
+    for all: every split of the GPU's chunks between the two classes moves as many
+    actions, and the program alone (HiGHS) gives the 40 Hz robots none. Valuing the least share
+    as well, it serves both classes alike, at the same total."""
+    args = (
+        np.array([40.0, 50.0]),
+        np.array([33.0, 33.0]),
+        np.array([0.02, 0.0656]),
+        np.array([0.05 + 0.01 * b for b in range(1, 17)]),
+    )
+    kwargs = {"count": np.array([50.0, 151.0]), "gpu_cost": fluid_mix.GPU_COST}
+    plain = solve_fluid(*args, **kwargs)
+    even = solve_fluid(*args, **kwargs, evenness=fluid_mix.EVENNESS)
+    plain_share = plain.actions_per_s / args[0]
+    even_share = even.actions_per_s / args[0]
+    assert even_share.min() >= plain_share.min()  # the plain program's vertex: 0 and 0.33
+    assert even_share == pytest.approx([even_share[0]] * 2) and even_share[0] > 0.25
+    total = kwargs["count"] @ plain.actions_per_s
+    assert kwargs["count"] @ even.actions_per_s == pytest.approx(total, rel=1e-9)

@@ -56,6 +56,7 @@ def solve_fluid(
     expected_ticks: bool = False,
     window_ticks: Sequence[np.ndarray] = (),
     min_execution_horizon: np.ndarray | None = None,
+    evenness: float = 0.0,
 ) -> FluidSolution:
     """Maximise ``sum w_i a_i - gpu_cost * GPU seconds`` over the fluid constraints.
 
@@ -76,6 +77,11 @@ def solve_fluid(
     its own, that adds its own third (and fourth) constraint beside ``floor(f l)``'s.
     ``min_execution_horizon`` adds the fourth constraint, valid where a robot's
     request windows do not overlap.
+
+    With ``evenness`` the objective also values the least share of its ticks any robot
+    is served, at ``evenness`` times the fleet's weighted demand per unit of share: of
+    optima alike in weighted motion (equal weights make many), the one that abandons
+    no robot it need not. A small value only breaks such ties.
     """
     f = np.asarray(control_hz, dtype=np.float64)
     e = np.asarray(max_execution_horizon, dtype=np.float64)
@@ -84,7 +90,8 @@ def solve_fluid(
     latency = np.asarray(latency_s, dtype=np.float64)
     n, sizes = f.size, latency.size
     b_values = np.arange(1, sizes + 1, dtype=np.float64)
-    num_vars = n + n * sizes + sizes
+    num_vars = n + n * sizes + sizes + 1
+    even_col = num_vars - 1  # t: the least share of its ticks any robot is served
     r_col = n + np.arange(n * sizes).reshape(n, sizes)
     nb_col = n + n * sizes + np.arange(sizes)
     l_ib = latency[None, :] + np.asarray(delay_s, dtype=np.float64)[:, None]
@@ -135,6 +142,13 @@ def solve_fluid(
     vals.append(latency)
     rhs.append(np.ones(1))
     num_rows = base + 1
+    if evenness:
+        # Rows: t - a_i / f_i <= 0
+        rows += [num_rows + robot_rows, num_rows + robot_rows]
+        cols += [np.full(n, even_col), robot_rows]
+        vals += [np.ones(n), -1.0 / f]
+        rhs.append(np.zeros(n))
+        num_rows += n
     if min_total_actions_per_s is not None:
         # -sum a_i <= -value
         rows.append(np.full(n, num_rows))
@@ -149,9 +163,11 @@ def solve_fluid(
     cost = np.zeros(num_vars)
     cost[:n] = -w * m
     cost[nb_col] = gpu_cost * latency
+    cost[even_col] = -evenness * float(w @ (m * f))
     bounds = np.zeros((num_vars, 2))
     bounds[:, 1] = np.inf
     bounds[:n, 1] = f
+    bounds[even_col, 1] = 1.0
     result = linprog(cost, A_ub=a_ub, b_ub=np.concatenate(rhs), bounds=bounds, method="highs")
     if not result.success:
         raise RuntimeError(f"fluid LP failed: {result.message}")
@@ -159,5 +175,5 @@ def solve_fluid(
     return FluidSolution(
         actions_per_s=x[:n],
         chunks_per_s=x[n : n + n * sizes].reshape(n, sizes),
-        batches_per_s=x[n + n * sizes :],
+        batches_per_s=x[n + n * sizes : n + n * sizes + sizes],
     )

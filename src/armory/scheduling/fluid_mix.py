@@ -38,6 +38,11 @@ GPU_COST = 1e-3
 """Weight of a GPU second against an action in the fluid program: small, so that the
 optimum serves every robot it can and then saves GPU time (placement's load too)."""
 
+EVENNESS = 1e-3
+"""Among optima alike in weighted motion, the program prefers the one whose least served
+robot is served the most: raising the least share by one is worth this share of the
+fleet's weighted demand."""
+
 _MEMO_SIZE = 256
 
 
@@ -133,6 +138,7 @@ def _solve(
             count=np.array(counts, dtype=np.float64),
             gpu_cost=GPU_COST,
             expected_ticks=expected,
+            evenness=EVENNESS,
         )
         for expected in (False, True)
     ]
