@@ -300,3 +300,62 @@ def test_of_optima_alike_the_fluid_program_abandons_no_robot_it_need_not() -> No
     assert even_share == pytest.approx([even_share[0]] * 2) and even_share[0] > 0.25
     total = kwargs["count"] @ plain.actions_per_s
     assert kwargs["count"] @ even.actions_per_s == pytest.approx(total, rel=1e-9)
+
+
+def test_over_capacity_with_one_weight_and_singles_a_chunk_goes_where_it_adds_most() -> None:
+    """Three 5 Hz robots with 2-action chunks beside six 25 Hz and two 20 Hz robots with
+    14, one weight, on a GPU whose optimum runs batches of one. The slow robots ran dry
+    half a second ago and asked then (threshold clients: not streaming); the fast ones
+    run dry in 20 ms. A chunk adds 2 actions to a slow robot, 13.25 to a 25 Hz one and
+    13.4 to a 20 Hz one (robots 9 and 10). The optimum serves the slow robots less than
+    a tenth of their ticks; due order would serve them first."""
+    table = LatencyProfile({1: 0.05353, 2: 0.10324, 3: 0.14912, 4: 0.19118}).table(32)
+    snapshot = make_snapshot(
+        [0.5] * 3 + [1.02] * 8,
+        now_s=1.0,
+        obs_time_s=[0.5] * 3 + [0.99] * 8,
+        max_batch_size=32,
+        control_hz=[5.0] * 3 + [25.0] * 6 + [20.0] * 2,
+        max_execution_horizon=[2] * 3 + [14] * 8,
+        downlink_s=[0.003] * 3 + [0.064] * 6 + [0.002] * 2,
+        latency_table_s=table,
+    )
+    mix = fluid_mix.fluid_mix(snapshot)
+    assert not mix.fits and mix.sizes.tolist() == [1]
+    batch = JustInTimeScheduler().schedule(snapshot)
+    assert batch.rule == "overload"
+    assert batch.robot_ids == (9,)
+
+
+def test_slow_robots_with_short_chunks_do_not_take_the_gpu_from_the_rest() -> None:
+    """The fleet of the case above over 20 s of threshold requests (test fleet 1142 of
+    the mixed family): served in due order it starved 46.5% of its ticks, max-batch 36%."""
+
+    def group(count: int, hz: float, horizons: tuple[int, int], link: DelaySpec) -> RobotGroup:
+        return RobotGroup(
+            count=count,
+            control_hz=hz,
+            min_execution_horizon=horizons[0],
+            max_execution_horizon=horizons[1],
+            uplink=link,
+            downlink=link,
+        )
+
+    fleet = FleetSpec(
+        name="slow-beside-fast",
+        robots=(
+            group(6, 25.0, (6, 14), DelaySpec(0.0643, 0.0179)),
+            group(3, 5.0, (1, 2), DelaySpec(0.0031, 0.0016)),
+            group(2, 20.0, (8, 14), DelaySpec(0.0023, 0.0005)),
+        ),
+        action_horizon=14,
+        max_batch_size=32,
+        latency_profile="linear",
+        latency_points={1: 0.05353, 2: 0.10324, 3: 0.14912, 4: 0.19118},
+        latency_jitter=0.031,
+        request_mode="threshold",
+    )
+    config = SimConfig(duration_s=20.0, seed=1142)
+    ours = simulate(fleet, JustInTimeScheduler(), config).system.starvation
+    baseline = simulate(fleet, MaxBatchScheduler(), config).system.starvation
+    assert ours < baseline - 0.05

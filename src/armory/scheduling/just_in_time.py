@@ -183,11 +183,7 @@ class JustInTimeScheduler(Scheduler):
                 gaps = self._fluid_gaps(s, share)
                 if gaps.any():
                     return dataclasses.replace(self._rule(s, gap_s=gaps), rule="fluid-share")
-            if (
-                not fleet_fits
-                and self._on("overload")
-                and (sizes_used.max() > 1 or weights.max() > weights.min())
-            ):
+            if not fleet_fits and self._on("overload"):
                 return self._overloaded(s, sizes_used)
 
         # The least late size; among equals, the most motion per GPU second in its first
