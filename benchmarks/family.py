@@ -17,11 +17,16 @@ summary counts of the goals:
   fleet in every-tick mode, with at most 1.5 observations sent per chunk.
 
 Results of the other schedulers do not change when the default does: ``--cache FILE``
-keeps them (keyed by fleet, scheduler and duration) so that a rerun simulates only
-the default.
+keeps them (keyed by fleet, scheduler, duration and margin) so that a rerun simulates
+only the default.
+
+The family's threshold clients all ask 50 ms beyond their round trip (and directed
+robots get 50 ms of lead margin); ``--threshold-margin S`` gives every fleet another
+margin, so that a change can be judged on clients that ask earlier or later.
 
     python benchmarks/family.py [--count 200] [--first-seed 1000] [--duration 30]
-        [--workers 2] [--cache /tmp/family-cache.json] [--json out.json]
+        [--workers 2] [--cache /tmp/family-cache.json] [--threshold-margin 0.2]
+        [--json out.json]
 """
 
 from __future__ import annotations
@@ -48,11 +53,13 @@ THROUGHPUT_TOLERANCE = 1e-4
 """Relative: equal weighted throughputs differ in the last digits of the float sums."""
 
 
-def _run(job: tuple[str, int, str, float, str | None, tuple[str, ...]]) -> dict:
-    family, seed, name, duration_s, mode, disabled_rules = job
+def _run(job: tuple[str, int, str, float, str | None, tuple[str, ...], float | None]) -> dict:
+    family, seed, name, duration_s, mode, disabled_rules, margin_s = job
     fleet = generate_fleet(family, seed).fleet
     if mode is not None:
         fleet = dataclasses.replace(fleet, request_mode=mode)
+    if margin_s is not None:
+        fleet = dataclasses.replace(fleet, threshold_margin_s=margin_s)
     report = simulate(
         fleet,
         make_scheduler(SchedulerConfig(name=name, seed=seed, disabled_rules=disabled_rules)),
@@ -93,6 +100,13 @@ def main() -> None:
     parser.add_argument(
         "--disabled-rules", nargs="*", default=[], help="the default's rules to turn off"
     )
+    parser.add_argument(
+        "--threshold-margin",
+        type=float,
+        default=None,
+        help="seconds every threshold client asks beyond its round trip, and directed "
+        "robots' lead margin (default: each fleet's own)",
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
 
@@ -104,18 +118,21 @@ def main() -> None:
     if args.cache is not None and args.cache.exists():
         cache = json.loads(args.cache.read_text())
 
+    margin_s = args.threshold_margin
+
     def key(seed: int, name: str, mode: str | None) -> str:
-        return f"{args.family}/{seed}/{name}/{mode or ''}/{args.duration:g}"
+        margin = "" if margin_s is None else f"/margin {margin_s:g}"
+        return f"{args.family}/{seed}/{name}/{mode or ''}/{args.duration:g}{margin}"
 
     fleets = {s: generate_fleet(args.family, s) for s in seeds}
     off = tuple(args.disabled_rules)
     jobs = [
-        (args.family, s, n, args.duration, None, off if n == OURS else ())
+        (args.family, s, n, args.duration, None, off if n == OURS else (), margin_s)
         for s in seeds
         for n in names
     ]
     jobs += [
-        (args.family, s, OURS, args.duration, EVERY_TICK, off)
+        (args.family, s, OURS, args.duration, EVERY_TICK, off, margin_s)
         for s in seeds
         if fleets[s].fleet.request_mode == "directed"
     ]
@@ -136,8 +153,9 @@ def main() -> None:
         for n in names
     }
     print(
-        f"{args.family} family, seeds {seeds[0]}-{seeds[-1]}, {args.duration:g} s virtual time; "
-        "starvation % / weighted actions per s\n"
+        f"{args.family} family, seeds {seeds[0]}-{seeds[-1]}, {args.duration:g} s virtual time"
+        + ("" if margin_s is None else f", every client's margin {margin_s:g} s")
+        + "; starvation % / weighted actions per s\n"
     )
     print(
         f"{'fleet':12s} {'mode':>10s} {'n':>4s} {'load':>5s} {'bound':>6s} "
