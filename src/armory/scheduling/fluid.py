@@ -90,8 +90,9 @@ def solve_fluid(
     latency = np.asarray(latency_s, dtype=np.float64)
     n, sizes = f.size, latency.size
     b_values = np.arange(1, sizes + 1, dtype=np.float64)
-    num_vars = n + n * sizes + sizes + 1
-    even_col = num_vars - 1  # t: the least share of its ticks any robot is served
+    num_vars = n + n * sizes + sizes
+    even_col = num_vars  # with evenness, t: the least share of its ticks any robot gets
+    num_vars += 1 if evenness else 0
     r_col = n + np.arange(n * sizes).reshape(n, sizes)
     nb_col = n + n * sizes + np.arange(sizes)
     l_ib = latency[None, :] + np.asarray(delay_s, dtype=np.float64)[:, None]
@@ -163,11 +164,12 @@ def solve_fluid(
     cost = np.zeros(num_vars)
     cost[:n] = -w * m
     cost[nb_col] = gpu_cost * latency
-    cost[even_col] = -evenness * float(w @ (m * f))
     bounds = np.zeros((num_vars, 2))
     bounds[:, 1] = np.inf
     bounds[:n, 1] = f
-    bounds[even_col, 1] = 1.0
+    if evenness:
+        cost[even_col] = -evenness * float(w @ (m * f))
+        bounds[even_col, 1] = 1.0
     result = linprog(cost, A_ub=a_ub, b_ub=np.concatenate(rhs), bounds=bounds, method="highs")
     if not result.success:
         raise RuntimeError(f"fluid LP failed: {result.message}")

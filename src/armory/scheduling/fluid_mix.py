@@ -50,9 +50,6 @@ _MEMO_SIZE = 256
 class FluidMix:
     """A fleet's fluid optimum (weighted, at the least GPU time)."""
 
-    fits: bool
-    """The GPU keeps up: the optimum serves every robot as much as its own round trip
-    allows (each chunk charged the fewest ticks its latency can hold)."""
     sizes: np.ndarray
     """Batch sizes the optimum uses, under either tick charge (possibly none)."""
     share: np.ndarray
@@ -60,6 +57,12 @@ class FluidMix:
     held: np.ndarray
     """Per robot of the snapshot: the optimum serves it less than its round trip allows
     (the GPU, not its links and forward pass, is what it waits for)."""
+
+    @property
+    def fits(self) -> bool:
+        """The GPU keeps up: the optimum serves every robot as much as its own round trip
+        allows (each chunk charged the fewest ticks its latency can hold)."""
+        return not self.held.any()
 
 
 def fluid_mix(s: Snapshot) -> FluidMix:
@@ -70,7 +73,6 @@ def fluid_mix(s: Snapshot) -> FluidMix:
     table = np.log(s.latency_table_s[1:]) / np.log1p(TABLE_STEP)
     sizes, share, held = _solve(classes, counts, tuple(np.round(table).astype(np.int64).tolist()))
     return FluidMix(
-        fits=not any(held),
         sizes=np.array(sizes, dtype=np.int64),
         share=np.array(share)[inverse],
         held=np.array(held)[inverse],

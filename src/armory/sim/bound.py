@@ -90,16 +90,16 @@ def _least_starvation(
         return 0.0
     classes = robot_classes(robots)
     latency = profile.table(max_batch_size)[1:]
-    one_request = one_request_jitter is not None
+    windows = (
+        []
+        if one_request_jitter is None
+        else [classes.one_request_window_ticks(latency, one_request_jitter)]
+    )
     solution = classes.solve(
         latency,
         expected_ticks=expected_ticks,
-        window_ticks=(
-            [classes.one_request_window_ticks(latency, one_request_jitter)]
-            if one_request_jitter is not None
-            else ()
-        ),
-        min_execution_horizon=classes.min_execution_horizon if one_request else None,
+        window_ticks=windows,
+        min_execution_horizon=classes.min_execution_horizon if windows else None,
     )
     return classes.starvation(solution)
 
