@@ -8,12 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from factories import make_snapshot, random_snapshot
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from armory.core.latency_profile import LatencyProfile, LinearProfileConfig
 from armory.fleet_spec import DelaySpec, FleetSpec, RobotGroup
 from armory.scheduling import fluid_mix
 from armory.scheduling.fluid import solve_fluid
-from armory.scheduling.just_in_time import JustInTimeScheduler, candidate_sizes
+from armory.scheduling.just_in_time import JustInTimeScheduler, _batch_numbers, candidate_sizes
 from armory.scheduling.max_batch import MaxBatchScheduler
 from armory.sim.simulator import SimConfig, simulate
 
@@ -66,6 +68,46 @@ def test_an_ineligible_robot_shapes_the_plan_but_never_rides() -> None:
         make_snapshot([0.05, 0.09], eligible=[False, True])
     )
     assert batch.robot_ids == (1,)
+
+
+def test_a_robot_whose_request_is_on_its_way_rides_the_second_batch_at_the_earliest() -> None:
+    """Robot 2 is due first (0.26 s) but its observation has not arrived. Were it to ride
+    the first batch, a pair started at 0.001 s would keep everyone on time; it cannot, and
+    after a pair (0.135 s) its own batch would finish at 0.270 s, late. A single now
+    (0.070 s) lets its batch finish at 0.140 s; only robot 3, last, is 9 ms late."""
+    snapshot = make_snapshot([0.305, 0.305, 0.265, 0.305], eligible=[True, True, False, True])
+    batch = JustInTimeScheduler(disabled_rules=WITHOUT_FLUID_SHARE).schedule(snapshot)
+    assert batch.robot_ids == (0,)
+
+
+@settings(max_examples=200, deadline=None)
+@given(eligible=st.lists(st.booleans(), min_size=1, max_size=60), data=st.data())
+def test_the_plan_fills_its_first_batch_with_eligible_robots_and_the_rest_in_due_order(
+    eligible: list[bool], data: st.DataObject
+) -> None:
+    """Per candidate size: the first batch is the first eligible robots in due order;
+    every other robot, eligible or not, follows in due order, each batch full before the
+    next."""
+    in_due_order = np.array(eligible)
+    if not in_due_order.any():
+        in_due_order[0] = True
+    max_size = data.draw(st.integers(1, int(in_due_order.sum())))
+    numbers = _batch_numbers(in_due_order, max_size)
+    for size, row in zip(candidate_sizes(max_size), numbers, strict=True):
+        first = np.flatnonzero(row == 1)
+        assert first.tolist() == np.flatnonzero(in_due_order)[:size].tolist()
+        rest = row[row != 1]
+        assert rest.tolist() == (2 + np.arange(rest.size) // size).tolist()
+
+
+def test_robots_already_late_go_by_the_ticks_they_lose_per_second() -> None:
+    """Both robots' chunks are overdue: each second of delay starves the 40 Hz robot 40
+    ticks and the 10 Hz one 10, so the 40 Hz robot goes first although its queue ran dry
+    later. A robot not yet due keeps its turn by due time."""
+    overdue = make_snapshot([-0.1, -0.05], control_hz=[10.0, 40.0], max_batch_size=1)
+    assert JustInTimeScheduler().schedule(overdue).robot_ids == (1,)
+    one_overdue = make_snapshot([-0.01, 0.5], control_hz=[10.0, 40.0], max_batch_size=1)
+    assert JustInTimeScheduler().schedule(one_overdue).robot_ids == (0,)
 
 
 def overloaded(weight: float | list[float] = 1.0, **overrides: object) -> object:

@@ -2,12 +2,13 @@
 
 Within capacity (``on-time``, ``wait``): every robot the server knows
 is ordered by when its next chunk must have finished computing (deadline minus
-downlink, its *due* time); for each batch size the scheduler plays that order in
-back-to-back batches and weighs how late each chunk would finish by what its robot
-loses per second (weight x rate). The least late size, then the one whose first batch
-buys the most motion per GPU second, is chosen; it starts at once, or at its latest
-start when that keeps everyone on time, so that chunks come from fresh observations
-and the GPU stays free for others.
+downlink, its *due* time), and robots already past it by what they lose per second of
+delay (weight x rate); for each batch size the scheduler plays that order in
+back-to-back batches, the first of them holding only robots whose observations are in,
+and weighs how late each chunk would finish by what its robot loses per second. The
+least late size, then the one whose first batch buys the most motion per GPU second,
+is chosen; it starts at once, or at its latest start when that keeps everyone on time,
+so that chunks come from fresh observations and the GPU stays free for others.
 
 Over capacity, as the weighted fluid optimum (:mod:`armory.scheduling.fluid_mix`)
 says: with every robot streaming (``fluid-share``), each robot's due time moves by
@@ -38,8 +39,9 @@ BASE_RULE = "on-time"
 """The rule every decision falls back to; it cannot be turned off."""
 
 RULES: dict[str, str] = {
-    "on-time": "the first batch of the back-to-back plan (earliest due first) of the size "
-    "that leaves the fleet least late and buys the most motion per GPU second",
+    "on-time": "the first batch of the back-to-back plan (earliest due first, overdue "
+    "robots by weight x rate) of the size that leaves the fleet least late and buys the "
+    "most motion per GPU second",
     "wait": "every chunk of the best plan is on time: wait for the plan's latest start",
     "fluid-share": "over capacity, every robot streaming: each robot's due time moved by "
     "the dry wait that serves it the share of ticks the fluid optimum serves",
@@ -78,11 +80,26 @@ def candidate_sizes(max_size: int) -> np.ndarray:
     return _read_only(np.array(sorted(sizes)))
 
 
+def _batch_numbers(in_due_order: np.ndarray, max_size: int) -> np.ndarray:
+    """Per candidate size (rows) and robot in due order (columns): how many back-to-back
+    batches of that size have run once that robot's chunk is computed. The first batch
+    holds the first eligible robots; every other robot, eligible or not (its request
+    still on its way), rides a later batch in due order."""
+    if in_due_order[:max_size].all():
+        return _back_to_back(in_due_order.size, max_size)
+    sizes = candidate_sizes(max_size)[:, None]
+    first = np.cumsum(in_due_order) <= sizes
+    first &= in_due_order
+    after = np.arange(in_due_order.size) - np.cumsum(first, axis=1)
+    after //= sizes
+    after += 2
+    return np.where(first, 1, after)
+
+
 @functools.lru_cache(maxsize=_LAYOUTS_KEPT)
-def _batch_numbers(num_robots: int, max_size: int) -> np.ndarray:
-    """Per candidate size (rows) and position in due order (columns): how many
-    back-to-back batches of that size have run once that position's chunk is computed
-    (read-only)."""
+def _back_to_back(num_robots: int, max_size: int) -> np.ndarray:
+    """:func:`_batch_numbers` where the first ``max_size`` robots in due order are all
+    eligible: position ``j`` rides batch ``j // size + 1`` (read-only)."""
     sizes = candidate_sizes(max_size)
     return _read_only(np.arange(num_robots)[None, :] // sizes[:, None] + 1)
 
@@ -151,13 +168,16 @@ class JustInTimeScheduler(Scheduler):
         now = s.now_s
         # The plan covers every robot the server knows, in due order: robots whose
         # requests are still on their way (threshold and directed clients ask late)
-        # need GPU time too. Only eligible robots can ride the next batch.
+        # need GPU time too. Only eligible robots can ride the next batch. Robots
+        # already past their due time lose weight x rate per second whatever their
+        # turn, so the plan's weighted lateness is least with the heaviest first.
         due = s.deadline_s - s.downlink_s
         if gap_s is not None:
             due += gap_s
-        rows = np.lexsort((s.contact_order, due))
+        value_per_s = s.weight * s.control_hz
+        rows = np.lexsort((s.contact_order, -value_per_s, np.maximum(due, now)))
         due = due[rows]
-        value_per_s = s.weight[rows] * s.control_hz[rows]
+        value_per_s = value_per_s[rows]
         in_due_order = s.eligible[rows]
         candidates = rows[in_due_order]
         max_size = min(s.max_batch_size, candidates.size)
@@ -166,18 +186,22 @@ class JustInTimeScheduler(Scheduler):
         tick_s = 1.0 / float(s.control_hz[candidates].max())
         margin = self.margin_s + self.margin_ticks * tick_s
 
-        # Back-to-back batches of each size over the due order: when each robot's chunk
-        # finishes computing, how late that is (weighted), and the least late size.
-        finish_s = _batch_numbers(rows.size, max_size) * latency_s[:, None]
+        # Back-to-back batches of each size over the due order (the first of eligible
+        # robots only): when each robot's chunk finishes computing, how late that is
+        # (weighted), and the least late size.
+        finish_s = _batch_numbers(in_due_order, max_size) * latency_s[:, None]
         lateness = now + finish_s
         lateness += margin
         lateness -= due
         np.maximum(lateness, 0.0, out=lateness)
         lateness *= value_per_s
         tardiness = lateness.sum(axis=1).round(9)
-        least_tardiness = tardiness.min()
-        weights = s.weight[candidates]
-        if gap_s is None and least_tardiness > self.overload_actions * float(weights.max()):
+        least_tardiness = float(tardiness.min())
+        if (
+            gap_s is None
+            and least_tardiness > 0.0
+            and least_tardiness > self.overload_actions * float(s.weight[candidates].max())
+        ):
             fleet_fits, sizes_used, share = self._fluid_optimum(s)
             if not fleet_fits and self._on("fluid-share"):
                 gaps = self._fluid_gaps(s, share)
@@ -188,9 +212,8 @@ class JustInTimeScheduler(Scheduler):
 
         # The least late size; among equals, the most motion per GPU second in its first
         # batch (the first eligible robots in due order).
-        least = (tardiness == least_tardiness).nonzero()[0]
-        if least.size == 1:
-            best = int(least[0])
+        if sizes.size == 1 or np.count_nonzero(tardiness == least_tardiness) == 1:
+            best = int(tardiness.argmin())
         else:
             best = self._most_motion(s, candidates, value_per_s[in_due_order], tardiness, max_size)
         # It waits for its latest start only if that makes nobody late.
