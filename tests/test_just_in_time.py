@@ -100,6 +100,42 @@ def test_the_plan_fills_its_first_batch_with_eligible_robots_and_the_rest_in_due
         assert rest.tolist() == (2 + np.arange(rest.size) // size).tolist()
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    now_s=st.floats(0.0, 1e4),
+    ahead_s=st.floats(-2.0, 2.0),
+    control_hz=st.floats(1.0, 200.0),
+    weight=st.floats(0.1, 10.0),
+    downlink_s=st.floats(0.0, 0.3),
+    latency_s=st.floats(1e-4, 0.5),
+    max_batch_size=st.integers(1, 4),
+    wait=st.booleans(),
+)
+def test_one_robot_is_decided_in_scalars_as_the_plan_decides_it(
+    now_s: float,
+    ahead_s: float,
+    control_hz: float,
+    weight: float,
+    downlink_s: float,
+    latency_s: float,
+    max_batch_size: int,
+    wait: bool,
+) -> None:
+    """A fleet of one robot takes a shortcut; it decides what the whole plan decides:
+    the same batch or the same wait, and the same rule."""
+    snapshot = make_snapshot(
+        [now_s + ahead_s],
+        now_s=now_s,
+        control_hz=control_hz,
+        weight=weight,
+        downlink_s=downlink_s,
+        max_batch_size=max_batch_size,
+        latency_table_s=[0.0, *(latency_s * (1 + 0.5 * b) for b in range(max_batch_size))],
+    )
+    scheduler = JustInTimeScheduler(disabled_rules=() if wait else ("wait",))
+    assert scheduler.schedule(snapshot) == scheduler._rule(snapshot, None)
+
+
 def test_robots_already_late_go_by_the_ticks_they_lose_per_second() -> None:
     """Both robots' chunks are overdue: each second of delay starves the 40 Hz robot 40
     ticks and the 10 Hz one 10, so the 40 Hz robot goes first although its queue ran dry
