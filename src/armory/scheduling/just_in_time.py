@@ -166,13 +166,18 @@ class JustInTimeScheduler(Scheduler):
         hz, weight = float(s.control_hz[0]), float(s.weight[0])
         due = float(s.deadline_s[0] - s.downlink_s[0])
         latency_s = float(s.latency_table_s[1])
-        margin = self.margin_s + self.margin_ticks * (1.0 / hz)
+        margin = self._margin_s(hz)
         tardiness = round(max(s.now_s + latency_s + margin - due, 0.0) * (weight * hz), 9)
         if tardiness > 0.0 and tardiness > self.overload_actions * weight:
             return self._rule(s, None)
         if tardiness == 0.0 and self._on("wait") and due - latency_s - margin > s.now_s:
             return Batch((), wait_until_s=due - latency_s - margin, rule="wait")
         return Batch((int(s.robot_id[0]),), rule=BASE_RULE)
+
+    def _margin_s(self, fastest_hz: float) -> float:
+        """Safety margin added to every predicted finish: the fixed part and the part in
+        control ticks of the fastest robot that may ride."""
+        return self.margin_s + self.margin_ticks * (1.0 / fastest_hz)
 
     def _on(self, rule: str) -> bool:
         """Whether ``rule`` may decide (rules are turned off only to measure them)."""
@@ -199,8 +204,7 @@ class JustInTimeScheduler(Scheduler):
         max_size = min(s.max_batch_size, candidates.size)
         sizes = candidate_sizes(max_size)
         latency_s = s.latency_table_s[sizes]
-        tick_s = 1.0 / float(s.control_hz[candidates].max())
-        margin = self.margin_s + self.margin_ticks * tick_s
+        margin = self._margin_s(float(s.control_hz[candidates].max()))
 
         # Back-to-back batches of each size over the due order (the first of eligible
         # robots only): when each robot's chunk finishes computing, how late that is
