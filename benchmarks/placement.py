@@ -6,7 +6,10 @@ types' shares; a fleet *holds* ``n`` on K GPUs when its starvation over ``--dura
 seconds of virtual time is at most ``--zero`` (0.1% of ticks by default: zero to the
 table's precision). Per fleet:
 
-- ``n1``: the most robots one GPU holds (doubling, then bisection);
+- ``n1``: the most robots one GPU holds (doubling, then bisection), its starvation
+  pooled over ``--n1-draws`` simulations of their own seeds (by default as many as
+  the largest K: a run on K GPUs pools its K replicas' simulations, and one GPU's
+  count taken from a single draw would set the bar by that draw's luck);
 - per K and placement: the most robots K GPUs hold, as a fraction of ``K n1`` (1.2,
   1.15, ... tried from the top, the first that holds counts), and the starved ticks
   at ``K n1`` robots (every GPU carries what one GPU holds) and at ``1.1 K n1``,
@@ -19,7 +22,7 @@ and each placement's starved ticks summed over the mixed fleets. Fleets where on
 GPU holds fewer than 2 robots or more than ``--max-n1`` are skipped (listed).
 
     python benchmarks/placement.py [--count 12] [--first-seed 1000] [--duration 10]
-        [--gpus 1 2 4 8] [--workers 2] [--repeats 1] [--json out.json]
+        [--gpus 1 2 4 8] [--workers 2] [--repeats 1] [--n1-draws 8] [--json out.json]
 """
 
 from __future__ import annotations
@@ -79,12 +82,21 @@ def _most_held(ok, lo: int, hi: int) -> int:
     return lo
 
 
-def _one_gpu(job: tuple[int, float, float, int]) -> tuple[int, int]:
-    seed, duration_s, zero, max_n1 = job
+REPEAT_SEED_STEP = 100_000
+"""Draw r (of one GPU's count, of a comparison) simulates with seed
+``fleet seed + r * REPEAT_SEED_STEP``."""
+
+
+def _one_gpu(job: tuple[int, float, float, int, int]) -> tuple[int, int]:
+    seed, duration_s, zero, max_n1, draws = job
     fleet = generate_fleet("mixed", seed).fleet
 
     def ok(n: int) -> bool:
-        return _run(fleet, n, 1, "fluid", seed, duration_s).report.system.starvation <= zero
+        # Pooled over ``draws`` simulations of their own seeds, as a run on K GPUs pools
+        # its K replicas' simulations: one lucky draw does not set the bar.
+        seeds = [seed + r * REPEAT_SEED_STEP for r in range(draws)]
+        runs = [_run(fleet, n, 1, "fluid", s, duration_s) for s in seeds]
+        return float(np.mean([r.report.system.starvation for r in runs])) <= zero
 
     n = fleet.num_robots
     if ok(n):
@@ -98,10 +110,6 @@ GRID = tuple(round(1.2 - 0.05 * i, 2) for i in range(15))
 """Fractions of ``K n1`` tried, from the top, until K GPUs hold that many robots."""
 EDGE = (1.0, 1.1)
 """Fractions of ``K n1`` at which starved ticks are compared."""
-
-
-REPEAT_SEED_STEP = 100_000
-"""Repeat r of a comparison simulates with seed ``fleet seed + r * REPEAT_SEED_STEP``."""
 
 
 def _k_gpus(job: tuple[int, int, int, str, float, float, int]) -> dict:
@@ -144,12 +152,20 @@ def main() -> None:
         default=1,
         help="simulations (arrival orders, link draws) summed for the starved-tick comparison",
     )
+    parser.add_argument(
+        "--n1-draws",
+        type=int,
+        default=0,
+        help="simulations pooled for one GPU's count (default: the largest K, as many as "
+        "a run on K GPUs pools)",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     start = time.perf_counter()
     seeds = range(args.first_seed, args.first_seed + args.count)
     with ProcessPoolExecutor(args.workers) as pool:
-        jobs = [(s, args.duration, args.zero, args.max_n1) for s in seeds]
+        draws = args.n1_draws or max(args.gpus)
+        jobs = [(s, args.duration, args.zero, args.max_n1, draws) for s in seeds]
         n1 = dict(pool.map(_one_gpu, jobs))
         kept = [s for s in seeds if 2 <= n1[s] <= args.max_n1]
         skipped = [s for s in seeds if s not in kept]
