@@ -6,6 +6,9 @@
 #   on the head:     bash scripts/cluster-multi-node.sh head 10.0.0.1
 #   on each worker:  bash scripts/cluster-multi-node.sh worker 10.0.0.1
 #   on the head:     bash scripts/cluster-multi-node.sh serve 10.0.0.1 8   # 8 replicas
+#
+# Ray's token: a head started where ~/.ray/auth_token exists requires it of every node;
+# copy the head's file to each worker machine before joining (docs/scale-out.md).
 set -euo pipefail
 role=${1:?head, worker or serve}
 head_ip=${2:?the address of the head on the cluster network}

@@ -1,17 +1,23 @@
 """armory cluster on a real Ray: two CPU replicas of policy:mock, robots through two doors
 (openpi WebSocket and GR00T ZeroMQ) spread by placement, one replica killed, every robot
 served again within a bound, and a replacement replica started by Ray Serve; the cluster
-has an API key, so robots get through the front door with it."""
+has an API key, so robots get through the front door with it. Then the cluster joining a
+Ray head started apart, as across machines (on loopback here)."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import ipaddress
 import json
 import os
 import signal
+import socket
+import subprocess
+import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -47,6 +53,27 @@ RESTART_S = 60.0
 KEY = "cluster-key"
 """The cluster's API key: robots get through the front door with it (openpi robots on to
 their replica with its ticket, GR00T robots with the key as their api_token)."""
+
+
+def _mock_replica(**options: Any) -> Serve:
+    """A replica's server: policy:mock with a fast linear profile, batches of up to 4."""
+    return Serve(
+        port=0,
+        server=ServerConfig(max_batch_size=4),
+        policy=MockPolicyConfig(latency_profile="linear", linear=FAST_LINEAR),
+        **options,
+    )
+
+
+def _two_replicas(**options: Any) -> ClusterConfig:
+    """Two CPU replicas, the front door on a free port, supervised every 0.2 s."""
+    return ClusterConfig(
+        num_replicas=2,
+        cpus_per_replica=0.5,
+        port=0,
+        supervisor=SupervisorConfig(period_s=0.2, timeout_s=1.0),
+        **options,
+    )
 
 
 class Robot:
@@ -155,26 +182,125 @@ def _listeners(pids: set[int]) -> list[tuple[str, int, int]]:
     return found
 
 
+RAY_CURRENT_CLUSTER = "/tmp/ray/ray_current_cluster"
+"""Where `ray start` leaves its head's address (until `ray stop`); a plain ``ray.init()``
+joins the head it names."""
+
+
+@contextlib.contextmanager
+def _current_cluster(address: str | None) -> Iterator[None]:
+    """Within the block RAY_CURRENT_CLUSTER names ``address`` (None: whatever `ray start`
+    writes there); after it the file is as it was before."""
+    before = None
+    if os.path.exists(RAY_CURRENT_CLUSTER):
+        with open(RAY_CURRENT_CLUSTER) as current:
+            before = current.read()
+    if address is not None:
+        os.makedirs(os.path.dirname(RAY_CURRENT_CLUSTER), exist_ok=True)
+        with open(RAY_CURRENT_CLUSTER, "w") as current:
+            current.write(address)
+    try:
+        yield
+    finally:
+        if before is None:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(RAY_CURRENT_CLUSTER)
+        else:
+            with open(RAY_CURRENT_CLUSTER, "w") as current:
+                current.write(before)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _wait_listening(port: int, head: subprocess.Popen, timeout_s: float) -> None:
+    """Until something accepts on 127.0.0.1:``port``; fails if ``head`` ends first."""
+    deadline_s = time.monotonic() + timeout_s
+    while True:
+        assert head.poll() is None, f"ray start ended with {head.returncode}"
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+                return
+        except OSError:
+            assert time.monotonic() < deadline_s, f"no Ray head on port {port}"
+            time.sleep(0.2)
+
+
+def test_cluster_joins_a_ray_head_on_loopback(tmp_path: Any) -> None:
+    """`armory cluster --ray-address 127.0.0.1:PORT` joins a head started apart with
+    `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 ray start --head` (docs/scale-out.md), which
+    uses Ray's token authentication: robots spread over its two replicas, and every
+    listener of the head stays on loopback but Ray Serve's per-replica gRPC; the head's
+    processes end with it."""
+    auth_mode = os.environ.get("RAY_AUTH_MODE")  # the cluster sets it to join with the token
+    try:
+        with _current_cluster(None):  # `ray start` writes its head's address there
+            _join_loopback_head(tmp_path)
+    finally:
+        if auth_mode is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        else:
+            os.environ["RAY_AUTH_MODE"] = auth_mode
+
+
+def _join_loopback_head(tmp_path: Any) -> None:
+    port = _free_port()
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+    ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
+    command = [ray_bin, "start", "--head", "--block", f"--port={port}"]
+    command += ["--node-ip-address=127.0.0.1", "--include-dashboard=false", "--num-cpus=2"]
+    # With a token at hand `ray start` enables Ray's token authentication (as a local
+    # ray.init does, which writes the token when missing): the cluster must join with it.
+    generate = [ray_bin, "get-auth-token", "--generate"]
+    subprocess.run(generate, env=env, check=True, capture_output=True, timeout=60)
+    with open(tmp_path / "ray-head.log", "wb") as log:
+        head = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    head_pids: set[int] = set()
+    try:
+        _wait_listening(port, head, timeout_s=60.0)
+        config = _two_replicas(ray_address=f"127.0.0.1:{port}")
+        with ClusterRunner(config, _mock_replica()) as cluster:
+            robots = [Robot(f"arm-{i}", "openpi", cluster.port) for i in range(4)]
+            try:
+                for i, robot in enumerate(robots):
+                    robot.step(i)
+                assert [entry["num_robots"] for entry in cluster.listing()] == [2, 2]
+            finally:
+                for robot in robots:
+                    robot.close()
+            replica_pids = {a.pid for a in cluster.addresses() if a}
+            head_pids = _descendants(head.pid)
+            assert replica_pids <= head_pids, "the replicas do not run on the joined head"
+            listeners = _listeners(head_pids)
+            assert port in {p for _, p, _ in listeners}, "the head's GCS not seen listening"
+            wide = [(host, p, pid) for host, p, pid in listeners if not is_loopback(host)]
+            assert sorted(pid for _, _, pid in wide) == sorted(replica_pids), wide
+    finally:
+        head.send_signal(signal.SIGTERM)
+        head.wait(60.0)
+    deadline_s = time.monotonic() + 30.0
+    while left := [pid for pid in head_pids if os.path.exists(f"/proc/{pid}")]:
+        assert time.monotonic() < deadline_s, f"Ray's processes left running: {left}"
+        time.sleep(0.2)
+    gc.collect()  # Ray's unclosed sockets warn here, under this test's filters
+
+
 def test_cluster_spreads_robots_and_survives_a_replica_death(tmp_path: Any) -> None:
     """Robots of both doors, holding the cluster's API key, spread over two replicas; after
     one replica is killed every robot is served again within SERVED_AGAIN_S; Ray Serve
-    restarts the replica."""
-    replica = Serve(
-        port=0,
-        api_key=KEY,
-        server=ServerConfig(max_batch_size=4),
-        groot=GrootDoorConfig(port=0),
-        policy=MockPolicyConfig(latency_profile="linear", linear=FAST_LINEAR),
-    )
-    config = ClusterConfig(
-        num_replicas=2,
-        cpus_per_replica=0.5,
-        num_cpus=2,
-        port=0,
-        placement="fluid",
-        supervisor=SupervisorConfig(period_s=0.2, timeout_s=1.0),
-    )
-    with ClusterRunner(config, replica) as cluster:
+    restarts the replica. The cluster starts a Ray of its
+    own although a head's address is left on this machine (`ray start` leaves it, and the
+    head may be gone), which a plain ``ray.init`` would try to join."""
+    with _current_cluster(f"127.0.0.1:{_free_port()}"):
+        _spread_and_survive()
+
+
+def _spread_and_survive() -> None:
+    replica = _mock_replica(api_key=KEY, groot=GrootDoorConfig(port=0))
+    with ClusterRunner(_two_replicas(num_cpus=2, placement="fluid"), replica) as cluster:
         addresses = cluster.addresses()
         assert all(a is not None and a.host == "127.0.0.1" for a in addresses)
         robots = [Robot(f"arm-{i}", "openpi", cluster.port) for i in range(4)]

@@ -16,6 +16,7 @@ Ray is imported only here, and only when a cluster starts (``pip install
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import os
@@ -25,6 +26,7 @@ import uuid
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self
+from urllib.parse import urlsplit
 
 from armory.cluster.front_door import FrontDoor
 from armory.cluster.ray_loopback import loopback_ray, machine_address
@@ -97,6 +99,12 @@ class ClusterConfig:
             raise ValueError("--gpus-per-replica and --cpus-per-replica must be >= 0")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"--port must be in 0..65535, got {self.port}")
+
+
+def ray_host(address: str) -> str:
+    """The host of a Ray address (``host:port``, ``[v6]:port``, ``ray://host:port``;
+    ``auto`` gives ``auto``)."""
+    return urlsplit(address if "://" in address else f"//{address}").hostname or address
 
 
 def replica_options(serve: ServerRecipe) -> ServerRecipe:
@@ -206,12 +214,18 @@ class ClusterRunner:
     def _start(self) -> None:
         import ray
         from ray import serve
+        from ray._private.authentication.authentication_token_setup import (
+            maybe_enable_token_auth_if_token_available,
+        )
 
         config = self.config
         if config.ray_address is None:
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
             with loopback_ray():
+                # "local": a Ray of its own even where `ray start` has left one (or its
+                # address file) on this machine, which ray.init would join otherwise.
                 ray.init(
+                    address="local",
                     num_cpus=config.num_cpus,
                     include_dashboard=False,
                     dashboard_host=LOOPBACK,
@@ -228,7 +242,16 @@ class ClusterRunner:
                     node_address,
                 )
         else:
-            ray.init(address=config.ray_address, namespace=NAMESPACE, log_to_driver=False)
+            # A head on this machine's loopback (`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 ray
+            # start --head`) answers only a driver in Ray's single-machine mode: in cluster
+            # mode Ray dials the machine's address instead of 127.0.0.1.
+            local = is_loopback(ray_host(config.ray_address))
+            # Ray enables its token authentication for a head started where a token
+            # exists, but a driver given an explicit address only with RAY_AUTH_MODE set:
+            # with a token at hand (and no mode set), join as `ray start` would serve.
+            maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+            with loopback_ray() if local else contextlib.nullcontext():
+                ray.init(address=config.ray_address, namespace=NAMESPACE, log_to_driver=False)
         self._started_ray = True
         registry = (
             ray.remote(num_cpus=0)(ReplicaRegistry)
