@@ -30,7 +30,7 @@ from groot_client import GrootClient, groot_observation
 from server_harness import FAST_LINEAR, make_obs
 
 from armory.cli import Serve
-from armory.cluster.ray_cluster import ClusterConfig, ClusterRunner
+from armory.cluster.ray_cluster import ClusterConfig, ClusterRunner, ray_host
 from armory.cluster.supervisor import SupervisorConfig
 from armory.core.addresses import is_loopback
 from armory.engine.config import ServerConfig
@@ -53,6 +53,22 @@ RESTART_S = 60.0
 KEY = "cluster-key"
 """The cluster's API key: robots get through the front door with it (openpi robots on to
 their replica with its ticket, GR00T robots with the key as their api_token)."""
+
+
+@pytest.mark.parametrize(
+    ("address", "host"),
+    [
+        ("127.0.0.1:6379", "127.0.0.1"),
+        ("[::1]:6379", "::1"),
+        ("ray://127.0.0.1:10001", "127.0.0.1"),
+        ("10.0.0.1:6379", "10.0.0.1"),
+        ("head.example:6379", "head.example"),
+        ("auto", "auto"),
+    ],
+)
+def test_the_host_of_a_ray_address(address: str, host: str) -> None:
+    """What decides whether the cluster joins a head in Ray's single-machine mode."""
+    assert ray_host(address) == host
 
 
 def _mock_replica(**options: Any) -> Serve:
