@@ -58,6 +58,9 @@ def armory_serve(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
 
 
 def make_mock(**overrides: Any) -> MockPolicy:

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 from http import HTTPStatus
 
 import pytest
-from armory_client import AsyncPolicyClient, PolicyClient
-from server_harness import make_mock, make_obs
+from armory_client import AsyncPolicyClient, PolicyClient, RequestTimeout
+from server_harness import armory_serve, make_mock, make_obs
 
 from armory.cluster.front_door import FrontDoor
 from armory.cluster.health import learned_profile
@@ -173,6 +175,63 @@ def test_clients_follow_the_redirect_and_the_supervisor_retires_a_dead_replica()
                 await server.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_hung_replica_is_retired_and_its_robot_served_by_another() -> None:
+    """A replica whose process hangs (SIGSTOP: its port still accepts, nothing answers)
+    misses three probes and is retired; its robot's next request times out, the client
+    reconnects through the front door and the other replica answers the one after."""
+    args = ["--port", "0", "policy:mock", "--policy.latency-profile", "linear"]
+    with armory_serve(*args, announce_lines=2) as (proc, lines):
+        hung_port = int(lines[1].split(" on ", 1)[1].split(" ", 1)[0].rsplit(":", 1)[1])
+
+        async def scenario() -> None:
+            healthy = _server()
+            await healthy.start()
+            table = ReplicaTable(2)
+            door = FrontDoor(table, make_placement("least-robots", [GPU] * 2), port=0)
+            await door.start()
+            announced = [
+                ReplicaAddress(replica_id="hung", host="127.0.0.1", openpi_port=hung_port),
+                ReplicaAddress(replica_id="ok", host="127.0.0.1", openpi_port=healthy.port),
+            ]
+
+            async def registry() -> list[ReplicaAddress]:
+                return announced
+
+            config = SupervisorConfig(period_s=0.05, timeout_s=0.5, misses_to_down=3)
+            supervisor = Supervisor(door, registry, config)
+            await supervisor.round()
+            assert table.num_up == 2
+            uri = f"ws://127.0.0.1:{door.port}/?robot="
+            clients = [PolicyClient(uri + f"arm-{i}", request_timeout_s=2.0) for i in range(2)]
+            try:
+                for i, client in enumerate(clients):
+                    assert (await asyncio.to_thread(client.infer, make_obs(i)))["actions"].size
+                hung_slot = table.slot_of("hung")
+                victim = next(
+                    client
+                    for i, client in enumerate(clients)
+                    if door.placement.replica_of(f"arm-{i}") == hung_slot
+                )
+                os.kill(proc.pid, signal.SIGSTOP)
+                for round_number in range(3):
+                    assert table.slot_of("hung") is not None, f"retired after {round_number}"
+                    await supervisor.round()
+                assert table.slot_of("hung") is None
+                with pytest.raises(RequestTimeout):
+                    await asyncio.to_thread(victim.infer, make_obs(7))
+                reply = await asyncio.to_thread(victim.infer, make_obs(8))
+                assert reply["actions"].size
+                assert healthy.engine.stats().num_requests == 2  # the other robot, then it
+            finally:
+                for client in clients:
+                    client.close()
+                await door.stop()
+                await healthy.stop()
+                os.kill(proc.pid, signal.SIGCONT)
+
+        asyncio.run(scenario())
 
 
 def test_the_supervisor_probes_every_replica_of_a_round_at_once() -> None:
