@@ -274,7 +274,6 @@ def _join_loopback_head(tmp_path: Any) -> None:
     subprocess.run(generate, env=env, check=True, capture_output=True, timeout=60)
     with open(tmp_path / "ray-head.log", "wb") as log:
         head = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-    head_pids: set[int] = set()
     try:
         _wait_listening(port, head, timeout_s=60.0)
         config = _two_replicas(ray_address=f"127.0.0.1:{port}")
@@ -288,13 +287,14 @@ def _join_loopback_head(tmp_path: Any) -> None:
                 for robot in robots:
                     robot.close()
             replica_pids = {a.pid for a in cluster.addresses() if a}
-            head_pids = _descendants(head.pid)
-            assert replica_pids <= head_pids, "the replicas do not run on the joined head"
-            listeners = _listeners(head_pids)
+            on_head = _descendants(head.pid)
+            assert replica_pids <= on_head, "the replicas do not run on the joined head"
+            listeners = _listeners(on_head)
             assert port in {p for _, p, _ in listeners}, "the head's GCS not seen listening"
             wide = [(host, p, pid) for host, p, pid in listeners if not is_loopback(host)]
             assert sorted(pid for _, _, pid in wide) == sorted(replica_pids), wide
     finally:
+        head_pids = _descendants(head.pid)
         head.send_signal(signal.SIGTERM)
         head.wait(60.0)
     deadline_s = time.monotonic() + 30.0
@@ -307,9 +307,9 @@ def _join_loopback_head(tmp_path: Any) -> None:
 def test_cluster_spreads_robots_and_survives_a_replica_death(tmp_path: Any) -> None:
     """Robots of both doors, holding the cluster's API key, spread over two replicas; after
     one replica is killed every robot is served again within SERVED_AGAIN_S; Ray Serve
-    restarts the replica. The cluster starts a Ray of its
-    own although a head's address is left on this machine (`ray start` leaves it, and the
-    head may be gone), which a plain ``ray.init`` would try to join."""
+    restarts the replica. The cluster starts a Ray of its own although a head's address is
+    left on this machine (`ray start` leaves it, and the head may be gone), which a plain
+    ``ray.init`` would try to join."""
     with _current_cluster(f"127.0.0.1:{_free_port()}"):
         _spread_and_survive()
 
