@@ -226,6 +226,15 @@ def _current_cluster(address: str | None) -> Iterator[None]:
                 current.write(before)
 
 
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not ended (a zombie awaiting its reaper has)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -295,11 +304,19 @@ def _join_loopback_head(tmp_path: Any) -> None:
             assert sorted(pid for _, _, pid in wide) == sorted(replica_pids), wide
     finally:
         head_pids = _descendants(head.pid)
-        head.send_signal(signal.SIGTERM)
-        head.wait(60.0)
+        head.send_signal(signal.SIGTERM)  # `ray start --block` stops its node on it
+        try:
+            head.wait(60.0)
+        except subprocess.TimeoutExpired:
+            head.kill()
+            head.wait()
     deadline_s = time.monotonic() + 30.0
-    while left := [pid for pid in head_pids if os.path.exists(f"/proc/{pid}")]:
-        assert time.monotonic() < deadline_s, f"Ray's processes left running: {left}"
+    while left := [pid for pid in head_pids if _running(pid)]:
+        if time.monotonic() > deadline_s:
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            raise AssertionError(f"Ray's processes left running after the head: {left}")
         time.sleep(0.2)
     gc.collect()  # Ray's unclosed sockets warn here, under this test's filters
 
