@@ -4,6 +4,7 @@ replicas coming and going, and the supervisor that notices a dead one."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -11,17 +12,21 @@ from http import HTTPStatus
 
 import pytest
 from armory_client import AsyncPolicyClient, PolicyClient, RequestTimeout
-from server_harness import armory_serve, make_mock, make_obs
+from fleet_files import make_fleet_dict
+from server_harness import FAST_LINEAR, armory_serve, make_mock, make_obs
 
 from armory.cluster.front_door import FrontDoor
 from armory.cluster.health import learned_profile
-from armory.cluster.placement_request import parse_placement_request
+from armory.cluster.placement_request import parse_placement_request, placement_query
 from armory.cluster.replica_table import ReplicaAddress, ReplicaTable
 from armory.cluster.supervisor import Supervisor, SupervisorConfig
 from armory.engine.config import ServerConfig
+from armory.fleet import FleetOptions, run_fleet
+from armory.fleet_spec import fleet_from_dict
 from armory.placement.base import ReplicaProfile, RobotDemand
 from armory.placement.registry import make_placement
 from armory.serve import ArmoryServer
+from armory.sim.multi_gpu import robot_demand
 
 GPU = ReplicaProfile((0.05, 0.06, 0.07, 0.08))
 
@@ -44,6 +49,13 @@ def test_parse_reads_name_door_and_demand() -> None:
     assert (request.path, request.robot, request.door) == ("/place", "arm-3", "groot")
     assert request.demand == RobotDemand(control_hz=30.0, weight=2.0)
     assert parse_placement_request("/").demand == RobotDemand()
+
+
+def test_a_placement_query_reads_back_as_it_was_written() -> None:
+    """What a robot writes into its URI (placement_query) is what the front door reads."""
+    demand = RobotDemand(control_hz=33.3, max_execution_horizon=7, round_trip_s=0.0125, weight=2.5)
+    request = parse_placement_request("/?" + placement_query("arm-3:left", demand))
+    assert (request.robot, request.demand) == ("arm-3:left", demand)
 
 
 @pytest.mark.parametrize(
@@ -125,28 +137,35 @@ def _server() -> ArmoryServer:
     return ArmoryServer(make_mock(), ServerConfig(max_batch_size=4), port=0)
 
 
+async def _two_replicas_behind_a_door() -> tuple[list[ArmoryServer], FrontDoor, Supervisor]:
+    """Two started servers of the mock, a front door (fluid placement) that admitted both
+    in one supervision round, and the supervisor; the caller stops the door and servers."""
+    servers = [_server(), _server()]
+    for server in servers:
+        await server.start()
+    door = FrontDoor(ReplicaTable(2), make_placement("fluid", [GPU] * 2), port=0)
+    await door.start()
+    announced = [
+        ReplicaAddress(replica_id=f"r{k}", host="127.0.0.1", openpi_port=s.port)
+        for k, s in enumerate(servers)
+    ]
+
+    async def registry() -> list[ReplicaAddress]:
+        return announced
+
+    supervisor = Supervisor(door, registry, SupervisorConfig(period_s=0.05, timeout_s=1.0))
+    await supervisor.round()
+    return servers, door, supervisor
+
+
 def test_clients_follow_the_redirect_and_the_supervisor_retires_a_dead_replica() -> None:
     """Over real sockets: the blocking and the asyncio client reach their replica through
     the front door; after one replica stops, the supervisor retires it within a round and
     the robot it served is answered by the other on its next request."""
 
     async def scenario() -> None:
-        servers = [_server(), _server()]
-        for server in servers:
-            await server.start()
-        table = ReplicaTable(2)
-        door = FrontDoor(table, make_placement("fluid", [GPU] * 2), port=0)
-        await door.start()
-        announced = [
-            ReplicaAddress(replica_id=f"r{k}", host="127.0.0.1", openpi_port=s.port)
-            for k, s in enumerate(servers)
-        ]
-
-        async def registry() -> list[ReplicaAddress]:
-            return announced
-
-        supervisor = Supervisor(door, registry, SupervisorConfig(period_s=0.05, timeout_s=1.0))
-        await supervisor.round()
+        servers, door, supervisor = await _two_replicas_behind_a_door()
+        table = door.table
         assert table.num_up == 2
         uri = f"ws://127.0.0.1:{door.port}/?robot="
         try:
@@ -232,6 +251,49 @@ def test_a_hung_replica_is_retired_and_its_robot_served_by_another() -> None:
                 os.kill(proc.pid, signal.SIGCONT)
 
         asyncio.run(scenario())
+
+
+def test_armory_fleet_through_the_front_door_places_each_robot_by_name_and_demand() -> None:
+    """`armory fleet` against a cluster's front door: each robot's URI names it and says
+    what it asks of a GPU, so fluid placement weighs the fleet's own rates and horizons,
+    the probe places no robot of its own, and the robots spread over both replicas."""
+    delay = {"median_s": 0.004, "jitter_s": 0.002}
+    groups = [
+        {"name": "arm", "count": 3, "control_hz": 30, "max_execution_horizon": 8},
+        {"name": "base", "count": 3, "control_hz": 10, "max_execution_horizon": 5},
+    ]
+    fleet = fleet_from_dict(
+        make_fleet_dict(
+            "through-the-door",
+            robots=[
+                {**g, "min_execution_horizon": 2, "uplink": delay, "downlink": delay}
+                for g in groups
+            ],
+            max_batch_size=4,
+            latency_profile="linear",
+            linear=dataclasses.asdict(FAST_LINEAR),
+            request_mode="directed",
+        )
+    )
+
+    async def scenario() -> None:
+        servers, door, _ = await _two_replicas_behind_a_door()
+        try:
+            report = await run_fleet(fleet, FleetOptions(port=door.port, duration_s=1.5))
+            assert all(r.inferences > 0 for r in report.robots)
+            placed = {
+                r: d
+                for k in range(2)
+                for r, d in zip(door.placement.members(k), door.placement.demands(k), strict=True)
+            }
+            assert placed == {spec.robot_id: robot_demand(spec) for spec in fleet.robot_specs()}
+            assert all(s.engine.stats().num_requests > 0 for s in servers)
+        finally:
+            await door.stop()
+            for server in servers:
+                await server.stop()
+
+    asyncio.run(scenario())
 
 
 def test_the_supervisor_probes_every_replica_of_a_round_at_once() -> None:

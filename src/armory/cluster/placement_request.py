@@ -12,7 +12,7 @@ import dataclasses
 import math
 import re
 from dataclasses import dataclass
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 from armory.core.door_names import DOOR_NAMES
 from armory.placement.base import RobotDemand
@@ -72,3 +72,10 @@ def parse_placement_request(target: str) -> PlacementRequest:
     return PlacementRequest(
         path=parts.path or "/", robot=robot, demand=RobotDemand(**demand), door=door
     )
+
+
+def placement_query(robot: str, demand: RobotDemand) -> str:
+    """The query (without ``?``) by which a robot names itself and says what it asks of a
+    GPU: what :func:`parse_placement_request` reads back."""
+    fields = {f.name: getattr(demand, f.name) for f in dataclasses.fields(demand)}
+    return urlencode({"robot": robot, **fields})

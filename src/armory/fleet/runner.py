@@ -23,6 +23,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 from armory_client import (
@@ -37,6 +38,7 @@ from armory_client import (
     SafetyConfig,
 )
 
+from armory.cluster.placement_request import placement_query
 from armory.core.latency_profile import LatencyProfile
 from armory.fleet.link import FleetClient
 from armory.fleet.observations import ObservationFactory
@@ -45,6 +47,7 @@ from armory.fleet.trace import FleetTrace
 from armory.fleet_spec import REQUEST_MODES, FleetSpec, RobotSpec
 from armory.report import RobotTally, SimReport, make_report, startup_s
 from armory.server_stats import StatsReading, read_stats
+from armory.sim.multi_gpu import robot_demand
 
 logger = logging.getLogger(__name__)
 
@@ -135,14 +138,25 @@ class FleetOptions:
             if not getattr(self, name) > 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be > 0")
 
-    def client(self) -> AsyncPolicyClient:
-        """A new (unconnected) client of the server."""
+    def client(self, robot: RobotSpec | None = None) -> AsyncPolicyClient:
+        """A new (unconnected) client of the server. A ``robot``'s URI names it and says
+        what it asks of a GPU (:func:`placement_query`), so that the front door of
+        ``armory cluster`` places it by load and keeps it on its replica across
+        reconnects; a server ignores the query."""
+        settings: dict[str, Any] = {
+            "api_key": self.api_key,
+            "connect_timeout_s": self.connect_timeout_s,
+            "request_timeout_s": self.request_timeout_s,
+        }
+        is_uri = self.host.startswith(("ws://", "wss://"))
+        client = AsyncPolicyClient(self.host, None if is_uri else self.port, **settings)
+        if robot is None:
+            return client
+        parts = urlsplit(client.uri)
+        named = placement_query(robot.robot_id, robot_demand(robot))
+        query = f"{parts.query}&{named}" if parts.query else named
         return AsyncPolicyClient(
-            self.host,
-            None if self.host.startswith(("ws://", "wss://")) else self.port,
-            api_key=self.api_key,
-            connect_timeout_s=self.connect_timeout_s,
-            request_timeout_s=self.request_timeout_s,
+            urlunsplit(parts._replace(path=parts.path or "/", query=query)), None, **settings
         )
 
 
@@ -166,20 +180,22 @@ async def run_fleet(
     the run.
     """
     mode = options.request_mode or fleet.request_mode
-    probe = options.client()
-    metadata = await _probe(probe)
+    specs = fleet.robot_specs()
+    server_uri = options.client().uri
+    # The probe connects as the fleet's first robot: a cluster's front door places that
+    # robot, which connects next, rather than a robot that never comes back.
+    metadata = await _probe(options.client(specs[0]))
     _check_server(fleet, metadata)
     try:
         factory = ObservationFactory(metadata.get("inputs") or {}, seed=options.seed)
     except ValueError as exc:
-        raise FleetError(f"server at {probe.uri}: {exc}") from exc
-    specs = fleet.robot_specs()
+        raise FleetError(f"server at {server_uri}: {exc}") from exc
     rng = np.random.default_rng(options.seed)
     robots = [SyntheticRobot(factory, i, clock=clock) for i in range(len(specs))]
     runtimes = []
     for spec, robot in zip(specs, robots, strict=True):
         client: InferClient = FleetClient(
-            options.client(),
+            options.client(spec),
             robot,
             uplink=spec.uplink if options.inject_delays else None,
             downlink=spec.downlink if options.inject_delays else None,
@@ -210,23 +226,23 @@ async def run_fleet(
     phases = rng.uniform(size=len(specs))
     phases_s = [float(p) / s.control_hz for p, s in zip(phases, specs, strict=True)]
 
-    before = await read_stats(probe.uri, options.api_key)
+    before = await read_stats(server_uri, options.api_key)
     started_s = clock()
     summaries = await _run_all(
         runtimes,
         phases_s,
-        uri=probe.uri,
+        uri=server_uri,
         on_progress=on_progress,
         clock=clock,
-        read_counts=lambda: _counts_since(before, probe.uri, options.api_key),
+        read_counts=lambda: _counts_since(before, server_uri, options.api_key),
         trace=trace,
     )
     wall_s = clock() - started_s
-    after = await read_stats(probe.uri, options.api_key)
-    if not await _still_serving(options):
+    after = await read_stats(server_uri, options.api_key)
+    if not await _still_serving(options.client(specs[0])):
         failed = sum(s.num_request_errors for s in summaries)
         raise ServerLost(
-            f"the policy server at {probe.uri} stopped answering during the run "
+            f"the policy server at {server_uri} stopped answering during the run "
             f"({failed} requests failed); no report"
         )
     served = served_fleet(fleet, metadata, after or before)
@@ -320,9 +336,8 @@ def served_fleet(
     return dataclasses.replace(fleet, **changes) if changes else fleet
 
 
-async def _still_serving(options: FleetOptions) -> bool:
-    """Whether the server still accepts a connection (asked after the run)."""
-    client = options.client()
+async def _still_serving(client: AsyncPolicyClient) -> bool:
+    """Whether the server still accepts ``client``'s connection (asked after the run)."""
     try:
         await client.connect()
         return True
