@@ -56,6 +56,7 @@ def test_a_placement_query_reads_back_as_it_was_written() -> None:
     demand = RobotDemand(control_hz=33.3, max_execution_horizon=7, round_trip_s=0.0125, weight=2.5)
     request = parse_placement_request("/?" + placement_query("arm-3:left", demand))
     assert (request.robot, request.demand) == ("arm-3:left", demand)
+    assert parse_placement_request("/?" + placement_query(None, demand)).robot is None
 
 
 @pytest.mark.parametrize(

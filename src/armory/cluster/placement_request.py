@@ -46,7 +46,7 @@ def parse_placement_request(target: str) -> PlacementRequest:
             raise ValueError(f"query parameter {key!r} is given {len(items)} times")
         values[key] = items[0]
     robot = values.pop("robot", None)
-    if robot is not None and (len(robot) > MAX_ROBOT_NAME or not _NAME.match(robot)):
+    if robot is not None and not is_robot_name(robot):
         raise ValueError(
             f"robot name must be 1-{MAX_ROBOT_NAME} letters, digits or ._:/@+-, got {robot!r}"
         )
@@ -74,8 +74,13 @@ def parse_placement_request(target: str) -> PlacementRequest:
     )
 
 
-def placement_query(robot: str, demand: RobotDemand) -> str:
-    """The query (without ``?``) by which a robot names itself and says what it asks of a
-    GPU: what :func:`parse_placement_request` reads back."""
+def is_robot_name(text: str) -> bool:
+    """Whether the front door takes ``text`` as a robot's name."""
+    return len(text) <= MAX_ROBOT_NAME and _NAME.match(text) is not None
+
+
+def placement_query(robot: str | None, demand: RobotDemand) -> str:
+    """The query (without ``?``) by which a robot names itself (unless ``robot`` is None)
+    and says what it asks of a GPU: what :func:`parse_placement_request` reads back."""
     fields = {f.name: getattr(demand, f.name) for f in dataclasses.fields(demand)}
-    return urlencode({"robot": robot, **fields})
+    return urlencode({"robot": robot, **fields} if robot is not None else fields)

@@ -38,7 +38,7 @@ from armory_client import (
     SafetyConfig,
 )
 
-from armory.cluster.placement_request import placement_query
+from armory.cluster.placement_request import is_robot_name, placement_query
 from armory.core.latency_profile import LatencyProfile
 from armory.fleet.link import FleetClient
 from armory.fleet.observations import ObservationFactory
@@ -153,7 +153,8 @@ class FleetOptions:
         if robot is None:
             return client
         parts = urlsplit(client.uri)
-        named = placement_query(robot.robot_id, robot_demand(robot))
+        name = robot.robot_id if is_robot_name(robot.robot_id) else None  # else anonymous
+        named = placement_query(name, robot_demand(robot))
         query = f"{parts.query}&{named}" if parts.query else named
         return AsyncPolicyClient(
             urlunsplit(parts._replace(path=parts.path or "/", query=query)), None, **settings
