@@ -406,3 +406,18 @@ def test_tally_counts_the_wait_past_the_start_up_as_starved(
     robot = SimpleNamespace(age_sum_s=0.0)
     tally = robot_tally(spec, summary, robot, startup_s=1.01)  # type: ignore[arg-type]
     assert (tally.counted_ticks, tally.starved_ticks) == expected
+
+
+def test_each_robots_uri_names_it_and_declares_its_demand() -> None:
+    """A robot's client URI carries its id and what it asks of a GPU (a cluster's front
+    door places it by them); an id the front door would refuse as a name is left out."""
+    groups = [
+        {"name": "arm", "count": 1, "control_hz": 30, "max_execution_horizon": 8},
+        {"name": "left arm", "count": 1, "control_hz": 10, "max_execution_horizon": 5},
+    ]
+    fleet = mixed_fleet("threshold", groups)
+    named, spaced = (FleetOptions(port=9000).client(s).uri for s in fleet.robot_specs())
+    assert named.startswith("ws://127.0.0.1:9000/?robot=arm-0&control_hz=30")
+    assert "max_execution_horizon=8" in named
+    assert "robot=" not in spaced and "control_hz=10" in spaced
+    assert FleetOptions(port=9000).client().uri == "ws://127.0.0.1:9000"
