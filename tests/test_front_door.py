@@ -17,16 +17,16 @@ from server_harness import FAST_LINEAR, armory_serve, make_mock, make_obs
 
 from armory.cluster.front_door import FrontDoor
 from armory.cluster.health import learned_profile
-from armory.cluster.placement_request import parse_placement_request, placement_query
+from armory.cluster.placement_request import parse_placement_request
 from armory.cluster.replica_table import ReplicaAddress, ReplicaTable
 from armory.cluster.supervisor import Supervisor, SupervisorConfig
 from armory.engine.config import ServerConfig
 from armory.fleet import FleetOptions, run_fleet
 from armory.fleet_spec import fleet_from_dict
 from armory.placement.base import ReplicaProfile, RobotDemand
+from armory.placement.query import placement_query, robot_demand
 from armory.placement.registry import make_placement
 from armory.serve import ArmoryServer
-from armory.sim.multi_gpu import robot_demand
 
 GPU = ReplicaProfile((0.05, 0.06, 0.07, 0.08))
 

@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from dataclasses import dataclass
-from urllib.parse import parse_qs, urlencode, urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from armory.core.door_names import DOOR_NAMES
 from armory.placement.base import RobotDemand
+from armory.placement.query import MAX_ROBOT_NAME, is_robot_name
 
-MAX_ROBOT_NAME = 128
-"""Longest robot name accepted (characters)."""
-_NAME = re.compile(r"^[A-Za-z0-9._:/@+-]+$")
 _DEMAND_FIELDS = {f.name: f.type for f in dataclasses.fields(RobotDemand)}
 
 
@@ -72,15 +69,3 @@ def parse_placement_request(target: str) -> PlacementRequest:
     return PlacementRequest(
         path=parts.path or "/", robot=robot, demand=RobotDemand(**demand), door=door
     )
-
-
-def is_robot_name(text: str) -> bool:
-    """Whether the front door takes ``text`` as a robot's name."""
-    return len(text) <= MAX_ROBOT_NAME and _NAME.match(text) is not None
-
-
-def placement_query(robot: str | None, demand: RobotDemand) -> str:
-    """The query (without ``?``) by which a robot names itself (unless ``robot`` is None)
-    and says what it asks of a GPU: what :func:`parse_placement_request` reads back."""
-    fields = {f.name: getattr(demand, f.name) for f in dataclasses.fields(demand)}
-    return urlencode({"robot": robot, **fields} if robot is not None else fields)

@@ -38,16 +38,15 @@ from armory_client import (
     SafetyConfig,
 )
 
-from armory.cluster.placement_request import is_robot_name, placement_query
 from armory.core.latency_profile import LatencyProfile
 from armory.fleet.link import FleetClient
 from armory.fleet.observations import ObservationFactory
 from armory.fleet.robot import SyntheticRobot
 from armory.fleet.trace import FleetTrace
 from armory.fleet_spec import REQUEST_MODES, FleetSpec, RobotSpec
+from armory.placement.query import is_robot_name, placement_query, robot_demand
 from armory.report import RobotTally, SimReport, make_report, startup_s
 from armory.server_stats import StatsReading, read_stats
-from armory.sim.multi_gpu import robot_demand
 
 logger = logging.getLogger(__name__)
 

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from armory.fleet_spec import FleetSpec, RobotSpec
-from armory.placement.base import Placement, ReplicaProfile, RobotDemand
+from armory.placement.base import Placement, ReplicaProfile
 from armory.placement.fluid_load import replica_load
+from armory.placement.query import robot_demand
 from armory.placement.registry import make_placement
 from armory.report import SimReport, make_report
 from armory.scheduling.config import SchedulerConfig
@@ -52,16 +53,6 @@ class MultiGpuReport:
     """Starved ticks of every robot together."""
     num_moved: int
     """Robots the placement moved after arrival (off a replica over capacity)."""
-
-
-def robot_demand(spec: RobotSpec) -> RobotDemand:
-    """What a simulated robot asks of a GPU."""
-    return RobotDemand(
-        control_hz=spec.control_hz,
-        max_execution_horizon=spec.max_execution_horizon,
-        round_trip_s=spec.uplink.min_s + spec.downlink.min_s,
-        weight=spec.weight,
-    )
 
 
 def replica_profile(fleet: FleetSpec) -> ReplicaProfile:
