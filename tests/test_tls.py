@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import ssl
 import time
 import urllib.request
@@ -98,6 +99,21 @@ def test_healthz_answers_over_https(certs: CertificateFiles) -> None:
         url = f"https://127.0.0.1:{server.port}/healthz"
         with urllib.request.urlopen(url, timeout=5, context=_trust(certs)) as response:
             assert response.read() == b"OK\n"
+
+
+def test_the_door_speaks_tls_1_2_even_to_a_client_that_prefers_1_3(
+    certs: CertificateFiles,
+) -> None:
+    """The openpi door negotiates TLS 1.2 (MAX_TLS_VERSION: Python 3.11's asyncio TLS can
+    lose a TLS 1.3 client's first request, docs/security.md) with a client offering 1.3."""
+    context = _trust(certs)
+    context.maximum_version = ssl.TLSVersion.TLSv1_3
+    with (
+        running_server(api_key=API_KEY, **_tls(certs)) as server,
+        socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname="localhost") as tls,
+    ):
+        assert tls.version() == "TLSv1.2"
 
 
 def test_ssl_context_needs_a_wss_uri() -> None:
