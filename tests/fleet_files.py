@@ -1,12 +1,16 @@
-"""Fleet-file factories for the CLI, sweep and fleet-file tests."""
+"""Fleet-file factories for the CLI, sweep, fleet-file and fleet-runner tests."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
 import yaml
+from server_harness import FAST_LINEAR
+
+from armory.fleet_spec import FleetSpec, fleet_from_dict
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -31,3 +35,29 @@ def write_fleet_file(directory: Path, data: dict[str, Any], suffix: str = ".yaml
     text = json.dumps(data) if suffix == ".json" else yaml.safe_dump(data, sort_keys=False)
     path.write_text(text)
     return path
+
+
+DELAY = {"median_s": 0.004, "jitter_s": 0.002}
+MIXED_GROUPS = [
+    {"name": "arm", "count": 3, "control_hz": 30, "min_execution_horizon": 2},
+    {"name": "base", "count": 3, "control_hz": 10, "min_execution_horizon": 2},
+    {"name": "heavy", "count": 2, "control_hz": 20, "min_execution_horizon": 2, "weight": 2},
+]
+
+
+def mixed_fleet(
+    request_mode: str = "directed", groups: list[dict[str, Any]] | None = None
+) -> FleetSpec:
+    """8 robots at 10-30 Hz (two weighted 2; or ``groups``, each given its links) on the
+    tests' fast linear profile."""
+    robots = [{**g, "uplink": DELAY, "downlink": DELAY} for g in groups or MIXED_GROUPS]
+    return fleet_from_dict(
+        make_fleet_dict(
+            "fleet-test",
+            robots=robots,
+            max_batch_size=4,
+            latency_profile="linear",
+            linear=dataclasses.asdict(FAST_LINEAR),
+            request_mode=request_mode,
+        )
+    )

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 from armory_client import ARMORY_KEY, InferClient, RuntimeSummary
-from fleet_files import REPO, make_fleet_dict, write_fleet_file
-from server_harness import FAST_LINEAR, expected_actions, make_mock, running_server
+from fleet_files import REPO, make_fleet_dict, mixed_fleet, write_fleet_file
+from server_harness import expected_actions, make_mock, running_server
 
 from armory.cli import main
 from armory.core.latency_profile import LinearProfileConfig
@@ -30,30 +30,6 @@ from armory.policies.mock import MockPolicyConfig
 from armory.scheduling.registry import make_scheduler
 from armory.server_stats import StatsReading, stats_url
 from armory.sim.simulator import SimConfig, simulate
-
-DELAY = {"median_s": 0.004, "jitter_s": 0.002}
-MIXED_GROUPS = [
-    {"name": "arm", "count": 3, "control_hz": 30, "min_execution_horizon": 2},
-    {"name": "base", "count": 3, "control_hz": 10, "min_execution_horizon": 2},
-    {"name": "heavy", "count": 2, "control_hz": 20, "min_execution_horizon": 2, "weight": 2},
-]
-
-
-def mixed_fleet(
-    request_mode: str = "directed", groups: list[dict[str, Any]] | None = None
-) -> FleetSpec:
-    """8 robots at 10-30 Hz (two weighted 2) on the tests' fast linear profile."""
-    robots = [{**g, "uplink": DELAY, "downlink": DELAY} for g in groups or MIXED_GROUPS]
-    return fleet_from_dict(
-        make_fleet_dict(
-            "fleet-test",
-            robots=robots,
-            max_batch_size=4,
-            latency_profile="linear",
-            linear=dataclasses.asdict(FAST_LINEAR),
-            request_mode=request_mode,
-        )
-    )
 
 
 class CheckingClient:

@@ -4,7 +4,6 @@ replicas coming and going, and the supervisor that notices a dead one."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import os
 import signal
@@ -12,8 +11,8 @@ from http import HTTPStatus
 
 import pytest
 from armory_client import AsyncPolicyClient, PolicyClient, RequestTimeout
-from fleet_files import make_fleet_dict
-from server_harness import FAST_LINEAR, armory_serve, make_mock, make_obs
+from fleet_files import mixed_fleet
+from server_harness import armory_serve, make_mock, make_obs
 
 from armory.cluster.front_door import FrontDoor
 from armory.cluster.health import learned_profile
@@ -22,7 +21,6 @@ from armory.cluster.replica_table import ReplicaAddress, ReplicaTable
 from armory.cluster.supervisor import Supervisor, SupervisorConfig
 from armory.engine.config import ServerConfig
 from armory.fleet import FleetOptions, run_fleet
-from armory.fleet_spec import fleet_from_dict
 from armory.placement.base import ReplicaProfile, RobotDemand
 from armory.placement.query import placement_query, robot_demand
 from armory.placement.registry import make_placement
@@ -258,24 +256,11 @@ def test_armory_fleet_through_the_front_door_places_each_robot_by_name_and_deman
     """`armory fleet` against a cluster's front door: each robot's URI names it and says
     what it asks of a GPU, so fluid placement weighs the fleet's own rates and horizons,
     the probe places no robot of its own, and the robots spread over both replicas."""
-    delay = {"median_s": 0.004, "jitter_s": 0.002}
     groups = [
         {"name": "arm", "count": 3, "control_hz": 30, "max_execution_horizon": 8},
         {"name": "base", "count": 3, "control_hz": 10, "max_execution_horizon": 5},
     ]
-    fleet = fleet_from_dict(
-        make_fleet_dict(
-            "through-the-door",
-            robots=[
-                {**g, "min_execution_horizon": 2, "uplink": delay, "downlink": delay}
-                for g in groups
-            ],
-            max_batch_size=4,
-            latency_profile="linear",
-            linear=dataclasses.asdict(FAST_LINEAR),
-            request_mode="directed",
-        )
-    )
+    fleet = mixed_fleet("directed", [{**g, "min_execution_horizon": 2} for g in groups])
 
     async def scenario() -> None:
         servers, door, _ = await _two_replicas_behind_a_door()
