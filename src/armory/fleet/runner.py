@@ -137,26 +137,30 @@ class FleetOptions:
             if not getattr(self, name) > 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be > 0")
 
+    @property
+    def server_uri(self) -> str:
+        """The server's WebSocket URI, as the client builds it from ``host`` and ``port``."""
+        is_uri = self.host.startswith(("ws://", "wss://"))
+        return AsyncPolicyClient(self.host, None if is_uri else self.port).uri
+
     def client(self, robot: RobotSpec | None = None) -> AsyncPolicyClient:
         """A new (unconnected) client of the server. A ``robot``'s URI names it and says
         what it asks of a GPU (:func:`placement_query`), so that the front door of
         ``armory cluster`` places it by load and keeps it on its replica across
         reconnects; a server ignores the query."""
-        settings: dict[str, Any] = {
-            "api_key": self.api_key,
-            "connect_timeout_s": self.connect_timeout_s,
-            "request_timeout_s": self.request_timeout_s,
-        }
-        is_uri = self.host.startswith(("ws://", "wss://"))
-        client = AsyncPolicyClient(self.host, None if is_uri else self.port, **settings)
-        if robot is None:
-            return client
-        parts = urlsplit(client.uri)
-        name = robot.robot_id if is_robot_name(robot.robot_id) else None  # else anonymous
-        named = placement_query(name, robot_demand(robot))
-        query = f"{parts.query}&{named}" if parts.query else named
+        uri = self.server_uri
+        if robot is not None:
+            parts = urlsplit(uri)
+            name = robot.robot_id if is_robot_name(robot.robot_id) else None  # else anonymous
+            named = placement_query(name, robot_demand(robot))
+            query = f"{parts.query}&{named}" if parts.query else named
+            uri = urlunsplit(parts._replace(path=parts.path or "/", query=query))
         return AsyncPolicyClient(
-            urlunsplit(parts._replace(path=parts.path or "/", query=query)), None, **settings
+            uri,
+            None,
+            api_key=self.api_key,
+            connect_timeout_s=self.connect_timeout_s,
+            request_timeout_s=self.request_timeout_s,
         )
 
 
@@ -181,7 +185,7 @@ async def run_fleet(
     """
     mode = options.request_mode or fleet.request_mode
     specs = fleet.robot_specs()
-    server_uri = options.client().uri
+    server_uri = options.server_uri
     # The probe connects as the fleet's first robot: a cluster's front door places that
     # robot, which connects next, rather than a robot that never comes back.
     metadata = await _probe(options.client(specs[0]))
