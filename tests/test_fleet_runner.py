@@ -397,3 +397,6 @@ def test_each_robots_uri_names_it_and_declares_its_demand() -> None:
     assert "max_execution_horizon=8" in named
     assert "robot=" not in spaced and "control_hz=10" in spaced
     assert FleetOptions(port=9000).client().uri == "ws://127.0.0.1:9000"
+    # A rate beyond the wire's bounds is not declared (the server refuses that robot).
+    (fast,) = mixed_fleet("threshold", [{**groups[0], "control_hz": 20_000}]).robot_specs()
+    assert FleetOptions(port=9000).client(fast).uri == "ws://127.0.0.1:9000/?robot=arm-0"

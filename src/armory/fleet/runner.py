@@ -44,6 +44,7 @@ from armory.fleet.observations import ObservationFactory
 from armory.fleet.robot import SyntheticRobot
 from armory.fleet.trace import FleetTrace
 from armory.fleet_spec import REQUEST_MODES, FleetSpec, RobotSpec
+from armory.placement.base import RobotDemand
 from armory.placement.query import is_robot_name, placement_query, robot_demand
 from armory.report import RobotTally, SimReport, make_report, startup_s
 from armory.server_stats import StatsReading, read_stats
@@ -152,7 +153,11 @@ class FleetOptions:
         if robot is not None:
             parts = urlsplit(uri)
             name = robot.robot_id if is_robot_name(robot.robot_id) else None  # else anonymous
-            named = placement_query(name, robot_demand(robot))
+            try:
+                demand: RobotDemand | None = robot_demand(robot)
+            except ValueError:  # beyond the wire's bounds: the server refuses it, by name
+                demand = None
+            named = placement_query(name, demand)
             query = f"{parts.query}&{named}" if parts.query else named
             uri = urlunsplit(parts._replace(path=parts.path or "/", query=query))
         return AsyncPolicyClient(

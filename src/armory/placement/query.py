@@ -21,10 +21,11 @@ def is_robot_name(text: str) -> bool:
     return len(text) <= MAX_ROBOT_NAME and _NAME.match(text) is not None
 
 
-def placement_query(robot: str | None, demand: RobotDemand) -> str:
+def placement_query(robot: str | None, demand: RobotDemand | None) -> str:
     """The query (without ``?``) by which a robot names itself (unless ``robot`` is None)
-    and says what it asks of a GPU: what the front door reads back."""
-    fields = {f.name: getattr(demand, f.name) for f in dataclasses.fields(demand)}
+    and says what it asks of a GPU (unless ``demand`` is None): what the front door reads
+    back."""
+    fields = {} if demand is None else dataclasses.asdict(demand)
     return urlencode({"robot": robot, **fields} if robot is not None else fields)
 
 
