@@ -15,7 +15,7 @@ from fleet_files import mixed_fleet
 from server_harness import armory_serve, make_mock, make_obs
 
 from armory.cluster.front_door import FrontDoor
-from armory.cluster.health import learned_profile
+from armory.cluster.health import ReplicaPresence, learned_profile, replica_presence
 from armory.cluster.placement_request import parse_placement_request
 from armory.cluster.replica_table import ReplicaAddress, ReplicaTable
 from armory.cluster.supervisor import Supervisor, SupervisorConfig
@@ -132,11 +132,118 @@ def test_anonymous_robots_are_forgotten_oldest_first(monkeypatch: pytest.MonkeyP
     assert sum(len(door.placement.members(k)) for k in range(2)) == 3
 
 
+def test_robots_that_left_are_forgotten_after_a_grace() -> None:
+    """A placed robot its replica stops reporting is forgotten once unseen for the grace
+    (its load no longer counts); one its replica reports by name is kept however long;
+    robots known at the replica only by their connections are kept as many as it has
+    such connections; a forgotten robot that comes back is placed again."""
+    now = [0.0]
+    door = _door(clock=lambda: now[0])
+    for name in "abcd":
+        door.answer(f"/?robot={name}", None)
+    assert door.placement.members(0) == ["a", "c"] and door.placement.members(1) == ["b", "d"]
+    only_a = ReplicaPresence(names=frozenset({"a"}))
+    one_plain = ReplicaPresence(num_unnamed=1)
+    now[0] = 10.0
+    assert door.forget_departed(0, only_a, after_s=10.0) == []  # c within its grace
+    assert door.forget_departed(1, one_plain, after_s=10.0) == []
+    now[0] = 10.5
+    assert door.forget_departed(0, only_a, after_s=10.0) == ["c"]
+    assert door.forget_departed(1, one_plain, after_s=10.0) == ["b"]  # d, the later, kept
+    now[0] = 100.0
+    assert door.forget_departed(0, only_a, after_s=10.0) == []
+    assert door.forget_departed(1, one_plain, after_s=10.0) == []  # d stays while counted
+    listing = json.loads(door.answer("/replicas", None)[1])
+    assert [entry["num_robots"] for entry in listing] == [1, 1]
+    assert door.placement.replica_of("c") is None
+    door.answer("/?robot=c", None)
+    assert door.placement.replica_of("c") is not None
+    now[0] = 105.0  # c on its way: its grace runs from when it was sent on
+    assert "c" in door.placement.members(door.placement.replica_of("c"))
+    assert door.forget_departed(door.placement.replica_of("c"), only_a, after_s=10.0) == []
+
+
+@pytest.mark.parametrize(
+    "stats",
+    [
+        {},
+        {"robots": "x"},
+        {"robots": [{"robot": "a", "connected": True}]},
+        {"robots": [{"robot": 3, "named": True, "connected": True}]},
+        {"robots": [{"robot": "a", "named": "yes", "connected": True}]},
+        [],
+    ],
+)
+def test_a_replica_whose_robot_rows_are_unreadable_says_nothing_of_who_is_there(
+    stats: object,
+) -> None:
+    """Rows missing, of the wrong shape or type: no presence (nobody is forgotten)."""
+    assert replica_presence(stats) is None
+
+
+def test_presence_reads_connected_robots_by_name_and_counts_the_unnamed() -> None:
+    """Named connected rows by name; unnamed connected rows counted; rows of robots that
+    left are not there."""
+    rows = [
+        {"robot": "arm-1", "named": True, "connected": True},
+        {"robot": "conn-7", "named": False, "connected": True},
+        {"robot": "arm-2", "named": True, "connected": False},
+        {"robot": "conn-9", "named": False, "connected": False},
+    ]
+    assert replica_presence({"robots": rows}) == ReplicaPresence(frozenset({"arm-1"}), 1)
+
+
+def test_the_supervisor_forgets_robots_once_they_leave_and_not_before() -> None:
+    """Over real sockets: an `armory fleet` of six named robots and one plain client
+    through the front door, the supervisor running with a half-second grace: nobody is
+    forgotten while connected (several graces long), every robot is within a few seconds
+    of leaving, and the replicas' loads are empty again."""
+    groups = [{"name": "arm", "count": 6, "control_hz": 20, "max_execution_horizon": 8}]
+    fleet = mixed_fleet("threshold", [{**g, "min_execution_horizon": 2} for g in groups])
+
+    async def placed(door: FrontDoor) -> set[str]:
+        return {r for k in range(2) for r in door.placement.members(k)}
+
+    async def scenario() -> None:
+        servers, door, supervisor = await _two_replicas_behind_a_door(forget_after_s=0.5)
+        task = asyncio.create_task(supervisor.run())
+        plain = PolicyClient(f"ws://127.0.0.1:{door.port}/?robot=plain-0", request_timeout_s=10.0)
+        try:
+            assert (await asyncio.to_thread(plain.infer, make_obs(0)))["actions"].size
+            run = asyncio.create_task(
+                run_fleet(fleet, FleetOptions(port=door.port, duration_s=3.0))
+            )
+            await asyncio.sleep(2.5)  # five graces into the run
+            everyone = {spec.robot_id for spec in fleet.robot_specs()} | {"plain-0"}
+            assert await placed(door) == everyone
+            report = await run
+            assert all(r.inferences > 0 for r in report.robots)
+            assert await placed(door) >= {"plain-0"}  # still connected
+            plain.close()
+            for _ in range(100):
+                if not await placed(door):
+                    break
+                await asyncio.sleep(0.05)
+            assert await placed(door) == set()
+            listing = json.loads(door.answer("/replicas", None)[1])
+            assert [entry["num_robots"] for entry in listing] == [0, 0]
+        finally:
+            plain.close()
+            task.cancel()
+            await door.stop()
+            for server in servers:
+                await server.stop()
+
+    asyncio.run(scenario())
+
+
 def _server() -> ArmoryServer:
     return ArmoryServer(make_mock(), ServerConfig(max_batch_size=4), port=0)
 
 
-async def _two_replicas_behind_a_door() -> tuple[list[ArmoryServer], FrontDoor, Supervisor]:
+async def _two_replicas_behind_a_door(
+    forget_after_s: float = 30.0,
+) -> tuple[list[ArmoryServer], FrontDoor, Supervisor]:
     """Two started servers of the mock, a front door (fluid placement) that admitted both
     in one supervision round, and the supervisor; the caller stops the door and servers."""
     servers = [_server(), _server()]
@@ -152,7 +259,8 @@ async def _two_replicas_behind_a_door() -> tuple[list[ArmoryServer], FrontDoor, 
     async def registry() -> list[ReplicaAddress]:
         return announced
 
-    supervisor = Supervisor(door, registry, SupervisorConfig(period_s=0.05, timeout_s=1.0))
+    config = SupervisorConfig(period_s=0.05, timeout_s=1.0, forget_after_s=forget_after_s)
+    supervisor = Supervisor(door, registry, config)
     await supervisor.round()
     return servers, door, supervisor
 
@@ -337,12 +445,12 @@ def test_cluster_cli_refuses_bad_options(capsys: pytest.CaptureFixture[str]) -> 
 def test_a_replica_reporting_an_unusable_latency_is_alive_without_a_profile(points: str) -> None:
     """A /stats body whose learned latency has an absurd batch size, non-finite, zero or
     negative values or the wrong shape gives no profile (nothing is built from it)."""
-    body = f'{{"latency_points_s": {points}}}'.encode()
-    assert learned_profile(body, max_batch_size=4) is None
+    stats = json.loads(f'{{"latency_points_s": {points}}}')
+    assert learned_profile(stats, max_batch_size=4) is None
 
 
 def test_a_replica_reported_latency_becomes_its_profile() -> None:
     """Learned points read back as the replica's latency per batch size, 1 to the max."""
-    profile = learned_profile(b'{"latency_points_s": {"1": 0.05, "2": 0.06}}', max_batch_size=3)
+    profile = learned_profile({"latency_points_s": {"1": 0.05, "2": 0.06}}, max_batch_size=3)
     assert profile is not None
     assert profile.latency_table_s == pytest.approx((0.05, 0.06, 0.07))

@@ -65,6 +65,8 @@ def test_start_up_and_plain_clients_have_no_estimate() -> None:
     )
     row = plain.row(now_s=1.0)
     assert row.queue_depth_actions is None and row.starvation is None and not row.starving
+    assert not row.named and a.row(now_s=1.0).named  # conn-N; the Armory robot's own id
+    assert not activity().row(now_s=0.0).named  # before its first request
 
 
 def test_latency_and_age_average_the_replies() -> None:

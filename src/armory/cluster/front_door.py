@@ -13,7 +13,9 @@ lists the slots; ``GET /healthz`` answers 200 while some replica is up.
 The door keeps the cluster's :class:`~armory.placement.base.Placement`: a robot that
 names itself keeps its replica while that replica is up; when a replica is found
 dead its robots are placed again at once, so the next connection of each goes to a
-replica that is up.
+replica that is up. A robot that has left (its replica no longer reports it) is
+forgotten, so that its load no longer counts where new robots are placed
+(:meth:`FrontDoor.forget_departed`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from http import HTTPStatus
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.http11 import Request, Response
 
+from armory.cluster.health import ReplicaPresence
 from armory.cluster.placement_request import PlacementRequest, parse_placement_request
 from armory.cluster.replica_table import ReplicaAddress, ReplicaTable
 from armory.placement.base import NoReplicaError, Placement, ReplicaProfile
@@ -56,10 +59,12 @@ class FrontDoor:
         api_key: str | None = None,
         ticket_ttl_s: float = DEFAULT_TICKET_TTL_S,
         wall_clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """With ``api_key`` every request but ``/healthz`` needs the key, and each redirect
         carries a ticket good for ``ticket_ttl_s`` seconds (``wall_clock``: Unix seconds)
-        at the robot's replica, in place of the key (:mod:`armory.transports.tickets`)."""
+        at the robot's replica, in place of the key (:mod:`armory.transports.tickets`).
+        ``clock`` (seconds) times when each robot was last known to be there."""
         if not 0 < ticket_ttl_s <= MAX_TICKET_TTL_S:
             raise ValueError(
                 f"ticket_ttl_s must be in (0, {MAX_TICKET_TTL_S:g}], got {ticket_ttl_s}"
@@ -76,6 +81,9 @@ class FrontDoor:
         self._api_key = api_key
         self._ticket_ttl_s = ticket_ttl_s
         self._wall_clock = wall_clock
+        self._clock = clock
+        self._seen_s: dict[str, float] = {}
+        """Per placed robot: when it was last placed, sent on, or reported by its replica."""
         self._server: Server | None = None
         self._anonymous: deque[str] = deque()
         self._num_anonymous = 0
@@ -115,14 +123,44 @@ class FrontDoor:
             robot = f"anonymous-{self._num_anonymous}"
             self._anonymous.append(robot)
             if len(self._anonymous) > MAX_ANONYMOUS:
-                self.placement.remove(self._anonymous.popleft())
+                forgotten = self._anonymous.popleft()
+                self.placement.remove(forgotten)
+                self._seen_s.pop(forgotten, None)
         slot = self.placement.replica_of(robot)
         if slot is None or self.table.slots[slot] is None:
             slot = self.placement.place(robot, request.demand)
+        self._seen_s[robot] = self._clock()
         address = self.table.slots[slot]
         if address is None:  # placement and table disagree: a bug
             raise AssertionError(f"slot {slot} is placed on but holds no replica")
         return slot, address
+
+    def forget_departed(self, slot: int, presence: ReplicaPresence, *, after_s: float) -> list[str]:
+        """Forget the robots placed on ``slot`` that its replica has not served for
+        ``after_s`` seconds (a robot on its way or reconnecting is not forgotten); returns
+        them. A robot is there while the replica reports it connected under its name.
+        Plain clients are known there only by their connections, so as many of the other
+        robots as the replica has such connections are taken to be there (the most
+        recently seen first): for them the count is exact, which robot it is a guess."""
+        now_s = self._clock()
+        unseen = []
+        for robot in reversed(self.placement.members(slot)):  # the latest placed first
+            if robot in presence.names:
+                self._seen_s[robot] = now_s
+            else:
+                unseen.append(robot)
+        unseen.sort(key=lambda robot: self._seen_s.get(robot, now_s), reverse=True)
+        for robot in unseen[: presence.num_unnamed]:
+            self._seen_s[robot] = now_s
+        gone = [
+            robot
+            for robot in unseen[presence.num_unnamed :]
+            if now_s - self._seen_s.get(robot, now_s) > after_s
+        ]
+        for robot in gone:
+            self.placement.remove(robot)
+            self._seen_s.pop(robot, None)
+        return gone
 
     def listing(self) -> list[dict[str, object]]:
         """Each slot: its replica's doors and the robots placed there."""

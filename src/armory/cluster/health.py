@@ -1,4 +1,5 @@
-"""Is a replica alive, and what latency has it learned: one HTTP GET of its ``/stats``.
+"""Is a replica alive, what latency has it learned, and who is connected: one HTTP GET
+of its ``/stats``.
 
 The front door's supervisor asks every replica's openpi door each period; a replica
 that refuses the connection is dead at once, one that does not answer in time misses
@@ -11,6 +12,7 @@ import asyncio
 import json
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from armory.core.latency_profile import LatencyProfile
 from armory.placement.base import ReplicaProfile
@@ -23,6 +25,17 @@ table up to its largest point, so a larger one is ignored rather than built."""
 
 
 @dataclass(frozen=True)
+class ReplicaPresence:
+    """The robots connected at a replica, as its ``/stats`` rows list them."""
+
+    names: frozenset[str] = frozenset()
+    """Connected robots that reported their Armory robot id."""
+    num_unnamed: int = 0
+    """Connected robots known only by their connection (plain clients, and Armory robots
+    before their first request)."""
+
+
+@dataclass(frozen=True)
 class Probe:
     """One look at a replica."""
 
@@ -32,6 +45,8 @@ class Probe:
     """Nothing listens on its port: its process is gone."""
     profile: ReplicaProfile | None = None
     """Its learned latency per batch size (up to the max batch), when it answered."""
+    presence: ReplicaPresence | None = None
+    """Who is connected there, when it answered with rows that say."""
 
 
 async def probe_replica(
@@ -60,15 +75,39 @@ async def probe_replica(
     head, _, body = raw.partition(b"\r\n\r\n")
     if not head.startswith(b"HTTP/1.1 200"):
         return Probe(alive=False)
-    return Probe(alive=True, profile=learned_profile(body, max_batch_size))
+    try:
+        stats = json.loads(body)
+    except ValueError:  # cut at MAX_STATS_BYTES, or not JSON: alive, nothing learned
+        return Probe(alive=True)
+    return Probe(
+        alive=True,
+        profile=learned_profile(stats, max_batch_size),
+        presence=replica_presence(stats),
+    )
 
 
-def learned_profile(body: bytes, max_batch_size: int) -> ReplicaProfile | None:
-    """The latency a replica's ``/stats`` body reports, up to ``max_batch_size``; None when
-    it reports none, or points that are not batch sizes of 1 to
+def replica_presence(stats: Any) -> ReplicaPresence | None:
+    """Who a replica's ``/stats`` (parsed JSON) says is connected; None when its robot rows
+    are missing or not as :class:`~armory.observe.robot_activity.RobotRow` writes them."""
+    try:
+        rows = stats["robots"]
+        connected = [(row["robot"], row["named"]) for row in rows if row["connected"] is True]
+    except (KeyError, TypeError):
+        return None
+    if not all(isinstance(name, str) and isinstance(named, bool) for name, named in connected):
+        return None
+    return ReplicaPresence(
+        names=frozenset(name for name, named in connected if named),
+        num_unnamed=sum(1 for _, named in connected if not named),
+    )
+
+
+def learned_profile(stats: Any, max_batch_size: int) -> ReplicaProfile | None:
+    """The latency a replica's ``/stats`` (parsed JSON) reports, up to ``max_batch_size``;
+    None when it reports none, or points that are not batch sizes of 1 to
     :data:`MAX_REPORTED_BATCH_SIZE` with finite positive seconds."""
     try:
-        points = {int(b): float(s) for b, s in json.loads(body)["latency_points_s"].items()}
+        points = {int(b): float(s) for b, s in stats["latency_points_s"].items()}
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
     if not all(1 <= b <= MAX_REPORTED_BATCH_SIZE and math.isfinite(s) for b, s in points.items()):

@@ -1,10 +1,13 @@
-"""Keeps the front door's replica table true: new replicas in, dead ones out.
+"""Keeps the front door's replica table true: new replicas in, dead ones out, robots
+that left forgotten.
 
 Each period the supervisor reads the replicas that announced themselves (from the
 cluster's registry) and probes every slot's replica (:mod:`armory.cluster.health`).
 A replica whose port refuses connections, or that misses ``misses_to_down`` probes
 in a row (hung), is declared down: the front door places its robots again. Ray Serve
-restarts it; the new process announces itself and takes the free slot.
+restarts it; the new process announces itself and takes the free slot. A replica
+that answers says which robots it serves; placed robots it has stopped serving are
+forgotten after ``forget_after_s`` (:meth:`FrontDoor.forget_departed`).
 """
 
 from __future__ import annotations
@@ -33,10 +36,13 @@ class SupervisorConfig:
     """Misses in a row after which a replica that still accepts connections is down."""
     max_batch_size: int = 4
     """Of the replicas' servers: the learned latency is read up to this size."""
+    forget_after_s: float = 30.0
+    """A placed robot its replica has not reported for this long has left: placement
+    forgets it (a robot reconnecting within it keeps its replica)."""
 
     def __post_init__(self) -> None:
-        if not self.period_s > 0 or not self.timeout_s > 0:
-            raise ValueError(f"period_s and timeout_s must be > 0, got {self}")
+        if not self.period_s > 0 or not self.timeout_s > 0 or not self.forget_after_s > 0:
+            raise ValueError(f"period_s, timeout_s and forget_after_s must be > 0, got {self}")
         if self.misses_to_down < 1:
             raise ValueError(f"misses_to_down must be >= 1, got {self.misses_to_down}")
 
@@ -96,6 +102,12 @@ class Supervisor:
                 self._misses[address.replica_id] = 0
                 if probe.profile is not None:
                     self.door.placement.update_profile(slot, probe.profile)
+                if probe.presence is not None:
+                    gone = self.door.forget_departed(
+                        slot, probe.presence, after_s=self.config.forget_after_s
+                    )
+                    if gone:
+                        logger.info("robots gone from slot %d, forgotten: %s", slot, gone)
                 continue
             misses = self._misses.get(address.replica_id, 0) + 1
             self._misses[address.replica_id] = misses

@@ -26,6 +26,9 @@ class RobotRow:
 
     robot: str
     """The Armory robot id, or ``conn-N`` for a plain client."""
+    named: bool
+    """``robot`` is the id the robot reported (an Armory client that has sent a request);
+    otherwise it is the connection's own ``conn-N``."""
     door: str
     """Front door it came through: openpi, groot or lerobot."""
     connected: bool
@@ -79,6 +82,7 @@ class RobotActivity:
         self.num_requests = 0
         self.num_replies = 0
         self.num_errors = 0
+        self.named = False
         self.first_request_s: float | None = None
         self.last_seen_s = connected_s
         self.queue_depth_actions: int | None = None
@@ -119,6 +123,7 @@ class RobotActivity:
         self.last_seen_s = received_s
         if self.first_request_s is None:
             self.first_request_s = received_s
+        self.named = report is not None
         if report is None:
             return
         index, left, has_chunk, episode = report
@@ -176,6 +181,7 @@ class RobotActivity:
         since_s = now_s - (self.first_request_s if self.first_request_s is not None else now_s)
         return RobotRow(
             robot=self.name,
+            named=self.named,
             door=self.door,
             connected=self.closed_s is None,
             control_hz=self.control_hz,
