@@ -145,14 +145,14 @@ def test_robots_that_left_are_forgotten_after_a_grace() -> None:
     only_a = ReplicaPresence(names=frozenset({"a"}))
     one_plain = ReplicaPresence(num_unnamed=1)
     now[0] = 10.0
-    assert door.forget_departed(0, only_a, after_s=10.0) == []  # c within its grace
-    assert door.forget_departed(1, one_plain, after_s=10.0) == []
+    assert door.reconcile(0, only_a, after_s=10.0) == []  # c within its grace
+    assert door.reconcile(1, one_plain, after_s=10.0) == []
     now[0] = 10.5
-    assert door.forget_departed(0, only_a, after_s=10.0) == ["c"]
-    assert door.forget_departed(1, one_plain, after_s=10.0) == ["b"]  # d, the later, kept
+    assert door.reconcile(0, only_a, after_s=10.0) == ["c"]
+    assert door.reconcile(1, one_plain, after_s=10.0) == ["b"]  # d, the later, kept
     now[0] = 100.0
-    assert door.forget_departed(0, only_a, after_s=10.0) == []
-    assert door.forget_departed(1, one_plain, after_s=10.0) == []  # d stays while counted
+    assert door.reconcile(0, only_a, after_s=10.0) == []
+    assert door.reconcile(1, one_plain, after_s=10.0) == []  # d stays while counted
     listing = json.loads(door.answer("/replicas", None)[1])
     assert [entry["num_robots"] for entry in listing] == [1, 1]
     assert door.placement.replica_of("c") is None
@@ -160,7 +160,7 @@ def test_robots_that_left_are_forgotten_after_a_grace() -> None:
     assert door.placement.replica_of("c") is not None
     now[0] = 105.0  # c on its way: its grace runs from when it was sent on
     assert "c" in door.placement.members(door.placement.replica_of("c"))
-    assert door.forget_departed(door.placement.replica_of("c"), only_a, after_s=10.0) == []
+    assert door.reconcile(door.placement.replica_of("c"), only_a, after_s=10.0) == []
 
 
 @pytest.mark.parametrize(
@@ -184,20 +184,43 @@ def test_a_replica_whose_robot_rows_are_unreadable_says_nothing_of_who_is_there(
 def test_presence_reads_connected_robots_by_name_and_counts_the_unnamed() -> None:
     """Named connected rows by name; unnamed connected rows counted; rows of robots that
     left are not there."""
+    asks = {"control_hz": 30.0, "max_execution_horizon": 8, "weight": 2.0}
     rows = [
-        {"robot": "arm-1", "named": True, "connected": True},
-        {"robot": "conn-7", "named": False, "connected": True},
-        {"robot": "arm-2", "named": True, "connected": False},
+        {"robot": "arm-1", "named": True, "connected": True, **asks},
+        {"robot": "arm-3", "named": True, "connected": True, **asks, "control_hz": 1e9},
+        {"robot": "arm-4", "named": True, "connected": True, **asks, "weight": None},
+        {"robot": "arm-5", "named": True, "connected": True, **asks, "max_execution_horizon": 8.5},
+        {"robot": "conn-7", "named": False, "connected": True, **asks},
+        {"robot": "arm-2", "named": True, "connected": False, **asks},
         {"robot": "conn-9", "named": False, "connected": False},
     ]
-    assert replica_presence({"robots": rows}) == ReplicaPresence(frozenset({"arm-1"}), 1)
+    presence = replica_presence({"robots": rows})
+    assert presence is not None
+    assert presence.names == {"arm-1", "arm-3", "arm-4", "arm-5"} and presence.num_unnamed == 1
+    # Only a demand within the wire's bounds, of the right types, is taken.
+    assert presence.demands == {"arm-1": RobotDemand(30.0, 8, weight=2.0)}
+
+
+def test_a_robot_is_weighed_by_what_its_replica_reports() -> None:
+    """A robot placed at the defaults (it declared nothing) is weighed by the rate,
+    horizon and weight its replica reports, keeping the round trip it declared; it stays
+    on its replica."""
+    door = _door()
+    door.answer("/?robot=a&round_trip_s=0.02", None)
+    slot = door.placement.replica_of("a")
+    reported = RobotDemand(control_hz=50.0, max_execution_horizon=7, weight=3.0)
+    presence = ReplicaPresence(names=frozenset({"a"}), demands={"a": reported})
+    assert door.reconcile(slot, presence, after_s=10.0) == []
+    assert door.placement.demand_of("a") == RobotDemand(50.0, 7, round_trip_s=0.02, weight=3.0)
+    assert door.placement.replica_of("a") == slot
 
 
 def test_the_supervisor_forgets_robots_once_they_leave_and_not_before() -> None:
     """Over real sockets: an `armory fleet` of six named robots and one plain client
     through the front door, the supervisor running with a half-second grace: nobody is
     forgotten while connected (several graces long), every robot is within a few seconds
-    of leaving, and the replicas' loads are empty again."""
+    of leaving, and the replicas' loads are empty again. A robot the door first placed at
+    the defaults is weighed, while it runs, by what its replica reports of it."""
     groups = [{"name": "arm", "count": 6, "control_hz": 20, "max_execution_horizon": 8}]
     fleet = mixed_fleet("threshold", [{**g, "min_execution_horizon": 2} for g in groups])
 
@@ -208,6 +231,9 @@ def test_the_supervisor_forgets_robots_once_they_leave_and_not_before() -> None:
         servers, door, supervisor = await _two_replicas_behind_a_door(forget_after_s=0.5)
         task = asyncio.create_task(supervisor.run())
         plain = PolicyClient(f"ws://127.0.0.1:{door.port}/?robot=plain-0", request_timeout_s=10.0)
+        first = fleet.robot_specs()[0]
+        door.answer(f"/?robot={first.robot_id}", None)  # placed at the defaults
+        assert door.placement.demand_of(first.robot_id) == RobotDemand()
         try:
             assert (await asyncio.to_thread(plain.infer, make_obs(0)))["actions"].size
             run = asyncio.create_task(
@@ -216,6 +242,11 @@ def test_the_supervisor_forgets_robots_once_they_leave_and_not_before() -> None:
             await asyncio.sleep(2.5)  # five graces into the run
             everyone = {spec.robot_id for spec in fleet.robot_specs()} | {"plain-0"}
             assert await placed(door) == everyone
+            assert door.placement.demand_of(first.robot_id) == RobotDemand(
+                control_hz=first.control_hz,
+                max_execution_horizon=first.max_execution_horizon,
+                weight=first.weight,
+            )
             report = await run
             assert all(r.inferences > 0 for r in report.robots)
             assert await placed(door) >= {"plain-0"}  # still connected

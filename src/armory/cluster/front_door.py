@@ -15,11 +15,12 @@ names itself keeps its replica while that replica is up; when a replica is found
 dead its robots are placed again at once, so the next connection of each goes to a
 replica that is up. A robot that has left (its replica no longer reports it) is
 forgotten, so that its load no longer counts where new robots are placed
-(:meth:`FrontDoor.forget_departed`).
+(:meth:`FrontDoor.reconcile`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -135,20 +136,28 @@ class FrontDoor:
             raise AssertionError(f"slot {slot} is placed on but holds no replica")
         return slot, address
 
-    def forget_departed(self, slot: int, presence: ReplicaPresence, *, after_s: float) -> list[str]:
-        """Forget the robots placed on ``slot`` that its replica has not served for
-        ``after_s`` seconds (a robot on its way or reconnecting is not forgotten); returns
-        them. A robot is there while the replica reports it connected under its name.
-        Plain clients are known there only by their connections, so as many of the other
-        robots as the replica has such connections are taken to be there (the most
-        recently seen first): for them the count is exact, which robot it is a guess."""
+    def reconcile(self, slot: int, presence: ReplicaPresence, *, after_s: float) -> list[str]:
+        """Placement of ``slot`` made to agree with who its replica serves: a robot it
+        reports is weighed by the rate, horizon and weight it reported there, and the
+        robots it has not served for ``after_s`` seconds are forgotten (a robot on its way
+        or reconnecting is not); returns those. A robot is there while the replica
+        reports it connected under its name. Plain clients are known there only by their
+        connections, so as many of the other robots as the replica has such connections
+        are taken to be there (the most recently seen first): for them the count is
+        exact, which robot it is a guess."""
         now_s = self._clock()
         unseen = []
         for robot in reversed(self.placement.members(slot)):  # the latest placed first
-            if robot in presence.names:
-                self._seen_s[robot] = now_s
-            else:
+            if robot not in presence.names:
                 unseen.append(robot)
+                continue
+            self._seen_s[robot] = now_s
+            reported = presence.demands.get(robot)
+            if reported is not None:
+                said = self.placement.demand_of(robot)
+                self.placement.update_demand(
+                    robot, dataclasses.replace(reported, round_trip_s=said.round_trip_s)
+                )
         unseen.sort(key=lambda robot: self._seen_s.get(robot, now_s), reverse=True)
         for robot in unseen[: presence.num_unnamed]:
             self._seen_s[robot] = now_s

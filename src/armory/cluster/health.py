@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from armory.core.latency_profile import LatencyProfile
-from armory.placement.base import ReplicaProfile
+from armory.placement.base import ReplicaProfile, RobotDemand
 from armory.server_stats import MAX_STATS_BYTES
 from armory.transports import http
 
@@ -33,6 +34,9 @@ class ReplicaPresence:
     num_unnamed: int = 0
     """Connected robots known only by their connection (plain clients, and Armory robots
     before their first request)."""
+    demands: Mapping[str, RobotDemand] = field(default_factory=dict)
+    """Of the named ones: the rate, horizon and weight they reported (no round trip: the
+    replica does not measure one), where those are within the wire's bounds."""
 
 
 @dataclass(frozen=True)
@@ -90,16 +94,37 @@ def replica_presence(stats: Any) -> ReplicaPresence | None:
     """Who a replica's ``/stats`` (parsed JSON) says is connected; None when its robot rows
     are missing or not as :class:`~armory.observe.robot_activity.RobotRow` writes them."""
     try:
-        rows = stats["robots"]
-        connected = [(row["robot"], row["named"]) for row in rows if row["connected"] is True]
+        connected = [row for row in stats["robots"] if row["connected"] is True]
+        named = [(row["robot"], row["named"]) for row in connected]
     except (KeyError, TypeError):
         return None
-    if not all(isinstance(name, str) and isinstance(named, bool) for name, named in connected):
+    if not all(isinstance(name, str) and isinstance(flag, bool) for name, flag in named):
         return None
     return ReplicaPresence(
-        names=frozenset(name for name, named in connected if named),
-        num_unnamed=sum(1 for _, named in connected if not named),
+        names=frozenset(name for name, flag in named if flag),
+        num_unnamed=sum(1 for _, flag in named if not flag),
+        demands={
+            row["robot"]: demand
+            for row in connected
+            if row["named"] and (demand := _reported_demand(row)) is not None
+        },
     )
+
+
+def _reported_demand(row: dict[str, Any]) -> RobotDemand | None:
+    """The demand a robot row reports; None when a field is missing, of the wrong type or
+    beyond the wire's bounds."""
+    horizon = row.get("max_execution_horizon")
+    if not isinstance(horizon, int) or isinstance(horizon, bool):
+        return None
+    try:
+        return RobotDemand(
+            control_hz=float(row["control_hz"]),
+            max_execution_horizon=horizon,
+            weight=float(row["weight"]),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def learned_profile(stats: Any, max_batch_size: int) -> ReplicaProfile | None:

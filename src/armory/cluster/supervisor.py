@@ -7,7 +7,8 @@ A replica whose port refuses connections, or that misses ``misses_to_down`` prob
 in a row (hung), is declared down: the front door places its robots again. Ray Serve
 restarts it; the new process announces itself and takes the free slot. A replica
 that answers says which robots it serves; placed robots it has stopped serving are
-forgotten after ``forget_after_s`` (:meth:`FrontDoor.forget_departed`).
+forgotten after ``forget_after_s`` (:meth:`FrontDoor.reconcile`), and the robots it reports
+are weighed by what they reported there.
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ class Supervisor:
                 if probe.profile is not None:
                     self.door.placement.update_profile(slot, probe.profile)
                 if probe.presence is not None:
-                    gone = self.door.forget_departed(
+                    gone = self.door.reconcile(
                         slot, probe.presence, after_s=self.config.forget_after_s
                     )
                     if gone:

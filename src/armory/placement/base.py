@@ -116,6 +116,10 @@ class Placement(ABC):
         """Robot ids the replica serves, in order of placement."""
         return [r for r, k in self._where.items() if k == replica]
 
+    def demand_of(self, robot_id: str) -> RobotDemand:
+        """What a placed robot asks of its GPU (``KeyError`` if it is not placed)."""
+        return self._demand[robot_id]
+
     def demands(self, replica: int) -> list[RobotDemand]:
         return [self._demand[r] for r in self.members(replica)]
 
@@ -144,6 +148,12 @@ class Placement(ABC):
         if not self.alive[replica]:
             raise ValueError(f"replica {replica} is down")
         self._where[robot_id] = replica
+
+    def update_demand(self, robot_id: str, demand: RobotDemand) -> None:
+        """A placed robot asks otherwise than it said (its replica measured it); it stays
+        where it is (unknown ids are ignored)."""
+        if robot_id in self._demand:
+            self._demand[robot_id] = demand
 
     def fail(self, replica: int) -> dict[str, int]:
         """Replica ``replica`` died: place its robots on the others; returns where each
