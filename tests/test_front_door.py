@@ -201,6 +201,19 @@ def test_presence_reads_connected_robots_by_name_and_counts_the_unnamed() -> Non
     assert presence.demands == {"arm-1": RobotDemand(30.0, 8, weight=2.0)}
 
 
+def test_a_robot_placed_without_a_name_is_kept_while_its_replica_serves_one() -> None:
+    """A robot that gave the door no name reports one at its replica that the door never
+    heard: it counts for one of the door's anonymous robots there, which is kept."""
+    now = [0.0]
+    door = _door(num_slots=1, clock=lambda: now[0])
+    door.answer("/", None)
+    door.answer("/", None)
+    now[0] = 100.0
+    presence = ReplicaPresence(names=frozenset({"my-own-name"}))
+    assert door.reconcile(0, presence, after_s=10.0) == ["anonymous-1"]
+    assert door.placement.members(0) == ["anonymous-2"]
+
+
 def test_a_robot_is_weighed_by_what_its_replica_reports() -> None:
     """A robot placed at the defaults (it declared nothing) is weighed by the rate,
     horizon and weight its replica reports, keeping the round trip it declared; it stays

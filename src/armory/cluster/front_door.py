@@ -142,12 +142,15 @@ class FrontDoor:
         robots it has not served for ``after_s`` seconds are forgotten (a robot on its way
         or reconnecting is not); returns those. A robot is there while the replica
         reports it connected under its name. Plain clients are known there only by their
-        connections, so as many of the other robots as the replica has such connections
-        are taken to be there (the most recently seen first): for them the count is
-        exact, which robot it is a guess."""
+        connections, and a robot placed without a name (``anonymous-N``) under a name the
+        door never heard, so as many of the other robots as the replica has such
+        connections are taken to be there (the most recently seen first): for them the
+        count is exact, which robot it is a guess."""
         now_s = self._clock()
+        members = self.placement.members(slot)
+        num_others = presence.num_unnamed + len(presence.names.difference(members))
         unseen = []
-        for robot in reversed(self.placement.members(slot)):  # the latest placed first
+        for robot in reversed(members):  # the latest placed first
             if robot not in presence.names:
                 unseen.append(robot)
                 continue
@@ -159,11 +162,11 @@ class FrontDoor:
                     robot, dataclasses.replace(reported, round_trip_s=said.round_trip_s)
                 )
         unseen.sort(key=lambda robot: self._seen_s.get(robot, now_s), reverse=True)
-        for robot in unseen[: presence.num_unnamed]:
+        for robot in unseen[:num_others]:
             self._seen_s[robot] = now_s
         gone = [
             robot
-            for robot in unseen[presence.num_unnamed :]
+            for robot in unseen[num_others:]
             if now_s - self._seen_s.get(robot, now_s) > after_s
         ]
         for robot in gone:
