@@ -473,6 +473,8 @@ def test_cluster_cli_refuses_bad_options(capsys: pytest.CaptureFixture[str]) -> 
     assert "valid names: random" in capsys.readouterr().err
     assert main(["cluster", "--replicas", "0"]) == 2
     assert "--replicas must be >= 1" in capsys.readouterr().err
+    assert main(["cluster", "--forget-after-s", "0"]) == 2
+    assert "--forget-after-s must be > 0, got 0.0" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -351,12 +351,20 @@ class Cluster:
     cpus_per_replica: float = 1.0
     ray_address: str | None = None
     """Join this Ray cluster (auto, or the head's host:port) instead of starting one."""
+    forget_after_s: float = 30.0
+    """Seconds after which placement forgets a robot its replica no longer serves (its
+    load no longer counts; a robot reconnecting within it keeps its replica)."""
     replica: Serve = dataclasses.field(default_factory=_replica_defaults)
     """Each replica's server, as armory serve takes it (its ports are picked free)."""
 
     def run(self) -> int:
         with _usage_errors():
             check_placement_name(self.placement)
+            from armory.cluster.supervisor import SupervisorConfig
+
+            if not self.forget_after_s > 0:
+                raise ValueError(f"--forget-after-s must be > 0, got {self.forget_after_s}")
+            supervisor = SupervisorConfig(forget_after_s=self.forget_after_s)
             try:
                 import ray  # noqa: F401
 
@@ -374,6 +382,7 @@ class Cluster:
                 host=self.host,
                 port=self.port,
                 ray_address=self.ray_address,
+                supervisor=supervisor,
             )
             runner = ClusterRunner(config, self.replica)
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
