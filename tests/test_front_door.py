@@ -10,7 +10,13 @@ import signal
 from http import HTTPStatus
 
 import pytest
-from armory_client import AsyncPolicyClient, PolicyClient, RequestTimeout
+from armory_client import (
+    AsyncPolicyClient,
+    PolicyClient,
+    RequestTimeout,
+    RobotRuntime,
+    RuntimeConfig,
+)
 from fleet_files import mixed_fleet
 from server_harness import armory_serve, make_mock, make_obs
 
@@ -426,6 +432,45 @@ def test_armory_fleet_through_the_front_door_places_each_robot_by_name_and_deman
             }
             assert placed == {spec.robot_id: robot_demand(spec) for spec in fleet.robot_specs()}
             assert all(s.engine.stats().num_requests > 0 for s in servers)
+        finally:
+            await door.stop()
+            for server in servers:
+                await server.stop()
+
+    asyncio.run(scenario())
+
+
+class _StillRobot:
+    """A robot that holds still: the mock's observation each tick, actions discarded."""
+
+    def __init__(self) -> None:
+        self.step = 0
+
+    def get_observation(self) -> dict[str, object]:
+        self.step += 1
+        return make_obs(0, self.step)
+
+    def send_action(self, action: object) -> None:
+        pass
+
+
+def test_a_robot_on_armorys_runtime_is_placed_under_its_id_with_its_demand() -> None:
+    """A `RobotRuntime` over a client given the bare front-door address names itself and
+    says its rate, horizon and weight in its handshake, so it is placed under its id with
+    that demand from its first connection (not anonymous at the defaults)."""
+    config = RuntimeConfig(
+        robot_id="solo-1", control_hz=25.0, max_execution_horizon=6, weight=2.0, duration_s=1.0
+    )
+
+    async def scenario() -> None:
+        servers, door, _ = await _two_replicas_behind_a_door()
+        try:
+            client = AsyncPolicyClient(f"ws://127.0.0.1:{door.port}")
+            summary = await RobotRuntime(_StillRobot(), client, config).run()
+            assert summary.num_chunks_applied > 0 and summary.num_request_errors == 0
+            slot = door.placement.replica_of("solo-1")
+            assert slot is not None and door.placement.members(slot) == ["solo-1"]
+            assert door.placement.demand_of("solo-1") == RobotDemand(25.0, 6, weight=2.0)
         finally:
             await door.stop()
             for server in servers:

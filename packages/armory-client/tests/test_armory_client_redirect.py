@@ -59,3 +59,45 @@ def test_a_refusal_after_the_redirect_names_the_servers_reason(fake_server, clie
         _connect(client)
     assert raised.value.reason == "bad key"
     assert len(replica.headers) == 1  # not retried
+
+
+@pytest.mark.parametrize("client_class", CLIENTS)
+def test_a_named_robot_says_who_it_is_and_what_it_asks_in_every_handshake(
+    fake_server, client_class
+) -> None:
+    """`name_robot` puts the robot's name and demand in the query of the URI the client
+    connects to (the front door reads it; a server ignores it)."""
+    server = fake_server()
+    client = client_class(f"ws://127.0.0.1:{server.port}")
+    client.name_robot("arm-1", control_hz=30.0, max_execution_horizon=8, weight=2.0)
+    assert _connect(client)["count"] == 1
+    assert server.paths == ["/?robot=arm-1&control_hz=30.0&max_execution_horizon=8&weight=2.0"]
+
+
+def test_naming_keeps_a_uri_that_names_a_robot_and_leaves_out_a_refused_name() -> None:
+    """A URI naming a robot already is kept as given; an id the front door would refuse
+    (a space in it) goes anonymous with its demand; a query already there is kept."""
+    named = PolicyClient("ws://door:8000/?robot=left-arm")
+    named.name_robot("arm-1", control_hz=30.0)
+    assert named.uri == "ws://door:8000/?robot=left-arm"
+    spaced = AsyncPolicyClient("ws://door:8000/?lang=en")
+    spaced.name_robot("left arm", control_hz=30.0)
+    assert spaced.uri == "ws://door:8000/?lang=en&control_hz=30.0"
+
+
+def test_the_placement_query_reads_back_field_by_field() -> None:
+    """What `placement_query` writes parses back to the same fields; names follow the
+    front door's rule."""
+    from urllib.parse import parse_qs
+
+    from armory_client.wire.placement import MAX_ROBOT_NAME, is_robot_name, placement_query
+
+    query = placement_query("arm-3:left", control_hz=33.3, round_trip_s=0.0125)
+    assert parse_qs(query) == {
+        "robot": ["arm-3:left"],
+        "control_hz": ["33.3"],
+        "round_trip_s": ["0.0125"],
+    }
+    assert placement_query(None) == ""
+    assert is_robot_name("a" * MAX_ROBOT_NAME) and not is_robot_name("a" * (MAX_ROBOT_NAME + 1))
+    assert not is_robot_name("left arm") and not is_robot_name("")

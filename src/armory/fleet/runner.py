@@ -23,7 +23,6 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 from armory_client import (
@@ -37,6 +36,7 @@ from armory_client import (
     RuntimeSummary,
     SafetyConfig,
 )
+from armory_client.wire.placement import with_query
 
 from armory.core.latency_profile import LatencyProfile
 from armory.fleet.link import FleetClient
@@ -151,15 +151,12 @@ class FleetOptions:
         reconnects; a server ignores the query."""
         uri = self.server_uri
         if robot is not None:
-            parts = urlsplit(uri)
             name = robot.robot_id if is_robot_name(robot.robot_id) else None  # else anonymous
             try:
                 demand: RobotDemand | None = robot_demand(robot)
             except ValueError:  # beyond the wire's bounds: the server refuses it, by name
                 demand = None
-            named = placement_query(name, demand)
-            query = f"{parts.query}&{named}" if parts.query else named
-            uri = urlunsplit(parts._replace(path=parts.path or "/", query=query))
+            uri = with_query(uri, placement_query(name, demand))
         return AsyncPolicyClient(
             uri,
             None,

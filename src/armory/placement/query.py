@@ -1,32 +1,27 @@
 """How a robot names itself to a cluster's front door and says what it asks of a GPU:
-the query of the URI it connects to (``/?robot=arm-3&control_hz=30&...``), written here
-and read by :mod:`armory.cluster.placement_request`."""
+the query of the URI it connects to (``/?robot=arm-3&control_hz=30&...``), written by
+the client's :mod:`armory_client.wire.placement` and read by
+:mod:`armory.cluster.placement_request`; a fleet robot's demand."""
 
 from __future__ import annotations
 
 import dataclasses
-import re
-from urllib.parse import urlencode
+
+from armory_client.wire import placement
+from armory_client.wire.placement import MAX_ROBOT_NAME, is_robot_name
 
 from armory.fleet_spec import RobotSpec
 from armory.placement.base import RobotDemand
 
-MAX_ROBOT_NAME = 128
-"""Longest robot name accepted (characters)."""
-_NAME = re.compile(r"^[A-Za-z0-9._:/@+-]+$")
-
-
-def is_robot_name(text: str) -> bool:
-    """Whether the front door takes ``text`` as a robot's name."""
-    return len(text) <= MAX_ROBOT_NAME and _NAME.match(text) is not None
+__all__ = ["MAX_ROBOT_NAME", "is_robot_name", "placement_query", "robot_demand"]
 
 
 def placement_query(robot: str | None, demand: RobotDemand | None) -> str:
     """The query (without ``?``) by which a robot names itself (unless ``robot`` is None)
     and says what it asks of a GPU (unless ``demand`` is None): what the front door reads
-    back."""
+    back (:func:`armory_client.wire.placement.placement_query`)."""
     fields = {} if demand is None else dataclasses.asdict(demand)
-    return urlencode({"robot": robot, **fields} if robot is not None else fields)
+    return placement.placement_query(robot, **fields)
 
 
 def robot_demand(spec: RobotSpec) -> RobotDemand:

@@ -50,6 +50,12 @@ from armory_client.errors import (
 )
 from armory_client.wire import ordering
 from armory_client.wire.codec import packb, unpackb
+from armory_client.wire.placement import (
+    is_robot_name,
+    names_a_robot,
+    placement_query,
+    with_query,
+)
 
 __all__ = ["DEFAULT_MAX_SIZE", "DEFAULT_PORT", "AsyncPolicyClient", "PolicyClient"]
 
@@ -135,6 +141,30 @@ class _ClientBase:
     def uri(self) -> str:
         """The server's WebSocket URI."""
         return self._uri
+
+    def name_robot(
+        self,
+        robot_id: str,
+        *,
+        control_hz: float | None = None,
+        max_execution_horizon: int | None = None,
+        weight: float | None = None,
+    ) -> None:
+        """Say in the URI of every connection from now on who the robot is and what it
+        asks of a GPU (`wire.placement`): the front door of ``armory cluster`` places it
+        by that and keeps it on its replica across reconnects; a server ignores it. A URI
+        that names a robot already is kept as it is; an id the front door would refuse as
+        a name is left out (the robot's demand is still said)."""
+        if names_a_robot(self._uri):
+            return
+        name = robot_id if is_robot_name(robot_id) else None
+        query = placement_query(
+            name,
+            control_hz=control_hz,
+            max_execution_horizon=max_execution_horizon,
+            weight=weight,
+        )
+        self._uri = with_query(self._uri, query)
 
     @property
     def metadata(self) -> dict[str, Any]:

@@ -226,6 +226,14 @@ class RobotRuntime:
         self.episode_id = 0
         self._robot = robot
         self._client = client
+        name_robot = getattr(client, "name_robot", None)
+        if callable(name_robot):  # an Armory client: a cluster's front door places it by name
+            name_robot(
+                config.robot_id,
+                control_hz=config.control_hz,
+                max_execution_horizon=config.max_execution_horizon,
+                weight=config.weight,
+            )
         self._clock = clock
         self._sleep = sleep
         # Request state

@@ -8,7 +8,9 @@
 - `reply_state`: what the server answers under the same key (`ReplyState`,
   `parse_reply`);
 - `ordering`: replies to pipelined requests leave in request order (`after`);
-- `rtc_keys`: the observation keys of a real-time chunking request.
+- `rtc_keys`: the observation keys of a real-time chunking request;
+- `placement`: the query by which a robot names itself to a cluster's front door and
+  says what it asks of a GPU (`placement_query`).
 
 This subpackage imports nothing but the standard library, numpy, msgpack and the
 client's exception tree (`armory_client.errors`): the server depends on it, and it on
