@@ -31,6 +31,7 @@ from armory.placement.base import ReplicaProfile, RobotDemand
 from armory.placement.query import placement_query, robot_demand
 from armory.placement.registry import make_placement
 from armory.serve import ArmoryServer
+from armory.sim.bound import fleet_bound
 
 GPU = ReplicaProfile((0.05, 0.06, 0.07, 0.08))
 
@@ -413,7 +414,9 @@ def test_a_hung_replica_is_retired_and_its_robot_served_by_another() -> None:
 def test_armory_fleet_through_the_front_door_places_each_robot_by_name_and_demand() -> None:
     """`armory fleet` against a cluster's front door: each robot's URI names it and says
     what it asks of a GPU, so fluid placement weighs the fleet's own rates and horizons,
-    the probe places no robot of its own, and the robots spread over both replicas."""
+    the probe places no robot of its own, and the robots spread over both replicas. Its
+    report's passes are both replicas' (read through the front door's listing), and it
+    gives no one-GPU bound for a fleet served by two."""
     groups = [
         {"name": "arm", "count": 3, "control_hz": 30, "max_execution_horizon": 8},
         {"name": "base", "count": 3, "control_hz": 10, "max_execution_horizon": 5},
@@ -423,8 +426,13 @@ def test_armory_fleet_through_the_front_door_places_each_robot_by_name_and_deman
     async def scenario() -> None:
         servers, door, _ = await _two_replicas_behind_a_door()
         try:
-            report = await run_fleet(fleet, FleetOptions(port=door.port, duration_s=1.5))
+            options = FleetOptions(port=door.port, duration_s=1.5)
+            report = await run_fleet(fleet, options, bound_of=fleet_bound)
             assert all(r.inferences > 0 for r in report.robots)
+            passes = sum(s.engine.stats().num_batches for s in servers)
+            assert 0 < report.system.num_batches <= passes
+            assert report.system.gpu_utilization > 0
+            assert report.system.bound_starvation is None
             placed = {
                 r: d
                 for k in range(2)

@@ -4,7 +4,9 @@ A run's batch sizes and GPU busy time are the server's to know: the fleet runner
 reads an Armory server's ``/stats`` at both ends of the run and keeps the
 difference, and ``armory eval --server`` reads it for its progress bar. A server
 without ``/stats`` (upstream openpi) gives None, and the report's batch metrics
-stay empty.
+stay empty. The front door of ``armory cluster`` has no ``/stats`` of its own: its
+``/replicas`` names the replicas, whose readings are read and combined into one
+(:func:`combined`).
 """
 
 from __future__ import annotations
@@ -15,11 +17,16 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any
 
 _TIMEOUT_S = 3.0
 MAX_STATS_BYTES = 1 << 20
 """Largest ``/stats`` answer read (bytes)."""
+REPLICAS_PATH = "/replicas"
+"""A cluster's front door lists its replicas here."""
+MAX_REPLICAS = 1024
+"""Most replicas of a listing read."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,8 @@ class StatsReading:
     """The server's learned forward-pass seconds per batch size (empty if it reports none)."""
     decisions_by_rule: dict[str, int] = field(default_factory=dict)
     """Scheduling decisions by the rule that made them, since the server started."""
+    num_replicas: int = 1
+    """Servers (a cluster's replicas, each its own GPU) the reading covers."""
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StatsReading:
@@ -88,15 +97,82 @@ def stats_url(ws_uri: str) -> str:
     return f"{http_scheme}://{rest.split('/', 1)[0]}/stats"
 
 
+def combined(readings: list[StatsReading]) -> StatsReading:
+    """One reading of several servers (a cluster's replicas): passes, decisions and errors
+    summed; busy seconds and the learned latency per batch size their mean (per GPU);
+    decision time the mean weighted by passes; server-added and step times the highest
+    replica's."""
+    passes = [sum(r.batch_size_counts.values()) for r in readings]
+    sizes = {b for r in readings for b in r.batch_size_counts}
+    rules = {rule for r in readings for rule in r.decisions_by_rule}
+    points = {b for r in readings for b in r.latency_points_s}
+
+    def highest(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return max(known) if known else None
+
+    return StatsReading(
+        batch_size_counts={b: sum(r.batch_size_counts.get(b, 0) for r in readings) for b in sizes},
+        busy_s=sum(r.busy_s for r in readings) / len(readings),
+        overhead_ms_p50=highest([r.overhead_ms_p50 for r in readings]),
+        overhead_ms_p99=highest([r.overhead_ms_p99 for r in readings]),
+        steps_ms_p50=highest([r.steps_ms_p50 for r in readings]),
+        steps_ms_p99=highest([r.steps_ms_p99 for r in readings]),
+        decision_ms_mean=(
+            sum(r.decision_ms_mean * n for r, n in zip(readings, passes, strict=True))
+            / max(sum(passes), 1)
+        ),
+        num_errors=sum(r.num_errors for r in readings),
+        latency_points_s={
+            b: sum(r.latency_points_s[b] for r in readings if b in r.latency_points_s)
+            / sum(1 for r in readings if b in r.latency_points_s)
+            for b in points
+        },
+        decisions_by_rule={
+            rule: sum(r.decisions_by_rule.get(rule, 0) for r in readings) for rule in rules
+        },
+        num_replicas=sum(r.num_replicas for r in readings),
+    )
+
+
+def _get_json(url: str, api_key: str | None) -> Any:
+    """The JSON body of ``GET url`` (raises on any failure)."""
+    headers = {"Authorization": f"Api-Key {api_key}"} if api_key else {}
+    request = urllib.request.Request(url, headers=headers)
+    with urllib.request.urlopen(request, timeout=_TIMEOUT_S) as response:
+        return json.loads(response.read(MAX_STATS_BYTES))
+
+
 def fetch_stats(ws_uri: str, api_key: str | None) -> StatsReading | None:
     """The server's counters, or None when it has no readable ``/stats`` (blocks up to a
-    few seconds)."""
-    headers = {"Authorization": f"Api-Key {api_key}"} if api_key else {}
-    request = urllib.request.Request(stats_url(ws_uri), headers=headers)
+    few seconds). At a cluster's front door, its replicas' counters combined."""
+    url = stats_url(ws_uri)
     try:
-        with urllib.request.urlopen(request, timeout=_TIMEOUT_S) as response:
-            return StatsReading.from_json(json.loads(response.read(MAX_STATS_BYTES)))
-    except (OSError, ValueError, KeyError, TypeError, urllib.error.URLError):
+        return StatsReading.from_json(_get_json(url, api_key))
+    except urllib.error.HTTPError as exc:
+        if exc.code != HTTPStatus.NOT_FOUND:
+            return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return _fetch_replicas(url.removesuffix("/stats") + REPLICAS_PATH, api_key)
+
+
+def _fetch_replicas(url: str, api_key: str | None) -> StatsReading | None:
+    """A cluster's replicas' counters combined (from its front door's listing at ``url``);
+    None unless every replica up answers."""
+    try:
+        listing = _get_json(url, api_key)
+        doors = [
+            str(entry["doors"]["openpi"])
+            for entry in listing[:MAX_REPLICAS]
+            if entry.get("doors") and entry["doors"].get("openpi")
+        ]
+        if not doors:
+            return None
+        return combined(
+            [StatsReading.from_json(_get_json(stats_url(door), api_key)) for door in doors]
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 

@@ -35,6 +35,7 @@ from armory.cluster.health import ReplicaPresence
 from armory.cluster.placement_request import PlacementRequest, parse_placement_request
 from armory.cluster.replica_table import ReplicaAddress, ReplicaTable
 from armory.placement.base import NoReplicaError, Placement, ReplicaProfile
+from armory.server_stats import REPLICAS_PATH
 from armory.transports import http
 from armory.transports.tickets import DEFAULT_TICKET_TTL_S, MAX_TICKET_TTL_S, ticket_query
 
@@ -43,7 +44,6 @@ logger = logging.getLogger(__name__)
 MAX_ANONYMOUS = 4096
 """Robots without a name the placement remembers (the oldest are forgotten first)."""
 PLACE_PATH = "/place"
-REPLICAS_PATH = "/replicas"
 
 
 class FrontDoor:

@@ -252,6 +252,8 @@ async def run_fleet(
             f"({failed} requests failed); no report"
         )
     served = served_fleet(fleet, metadata, after or before)
+    # The bound is one GPU's: against a cluster's front door (several replicas) none.
+    one_gpu = (after or before) is None or (after or before).num_replicas == 1
 
     tallies = [
         robot_tally(spec, summary, robot, startup_s=startup_s(fleet, spec))
@@ -267,7 +269,7 @@ async def run_fleet(
         fleet=fleet.name,
         seed=options.seed,
         request_mode=mode,
-        bound_starvation=None if bound_of is None else bound_of(served),
+        bound_starvation=None if bound_of is None or not one_gpu else bound_of(served),
         timing=_timing(summaries, wall_s, after),
         clock="wall",
         decisions_by_rule={} if after is None else after.rules_since(before),
