@@ -84,7 +84,11 @@ def test_mixed_rate_fleet_gets_chunks_of_its_own_observations() -> None:
     with running_server(policy, max_batch_size=4) as server:
         options = FleetOptions(port=server.port, duration_s=3.0, connect_timeout_s=5.0)
         run = run_fleet(
-            fleet, options, bound_of=lambda _: 0.0, wrap_client=wrap, on_progress=progress.append
+            fleet,
+            options,
+            bound_of=lambda _fleet, _gpus: 0.0,
+            wrap_client=wrap,
+            on_progress=progress.append,
         )
         report = asyncio.run(run)
         stats = server.stats()

@@ -415,8 +415,8 @@ def test_armory_fleet_through_the_front_door_places_each_robot_by_name_and_deman
     """`armory fleet` against a cluster's front door: each robot's URI names it and says
     what it asks of a GPU, so fluid placement weighs the fleet's own rates and horizons,
     the probe places no robot of its own, and the robots spread over both replicas. Its
-    report's passes are both replicas' (read through the front door's listing), and it
-    gives no one-GPU bound for a fleet served by two."""
+    report's passes are both replicas' (read through the front door's listing), and its
+    bound is that of two GPUs."""
     groups = [
         {"name": "arm", "count": 3, "control_hz": 30, "max_execution_horizon": 8},
         {"name": "base", "count": 3, "control_hz": 10, "max_execution_horizon": 5},
@@ -432,7 +432,7 @@ def test_armory_fleet_through_the_front_door_places_each_robot_by_name_and_deman
             passes = sum(s.engine.stats().num_batches for s in servers)
             assert 0 < report.system.num_batches <= passes
             assert report.system.gpu_utilization > 0
-            assert report.system.bound_starvation is None
+            assert report.system.bound_starvation == 0.0  # light for one GPU, so for two
             placed = {
                 r: d
                 for k in range(2)

@@ -17,6 +17,7 @@ from armory.placement.fluid_load import replica_load
 from armory.placement.registry import make_placement, placement_names
 from armory.scheduling.config import SchedulerConfig
 from armory.scheduling.registry import make_scheduler
+from armory.sim.bound import fleet_bound
 from armory.sim.multi_gpu import simulate_gpus, sub_fleet
 from armory.sim.simulator import SimConfig, simulate
 
@@ -159,6 +160,20 @@ def test_k_gpus_serve_every_robot_and_report_each_gpu() -> None:
     assert runs["fluid"].num_starved_ticks <= runs["random"].num_starved_ticks
 
 
+def test_the_bound_on_k_gpus_holds_for_every_placement_and_falls_with_k() -> None:
+    """The fluid bound with K GPUs' seconds pooled is below what any placement reaches on
+    K GPUs, is below one GPU's bound where one GPU is over capacity, and twice the fleet
+    on two GPUs is bounded no higher than the fleet on one."""
+    fleet = _fleet(10, 16)
+    one, two = fleet_bound(fleet), fleet_bound(fleet, num_gpus=2)
+    assert one > 0.05 and 0.0 <= two < one
+    assert fleet_bound(_fleet(20, 32), num_gpus=2) <= one + 1e-9
+    config = SimConfig(duration_s=5.0, seed=2)
+    for name in ("random", "round-robin", "fluid"):
+        run = simulate_gpus(fleet, SchedulerConfig(), config, num_gpus=2, placement=name)
+        assert run.report.system.starvation >= two - 0.01, name
+
+
 def test_simulate_cli_with_gpus_writes_placement_and_gpus(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -171,6 +186,7 @@ def test_simulate_cli_with_gpus_writes_placement_and_gpus(
     report = json.loads(out.read_text())
     assert report["placement"] == "round-robin"
     assert [g["num_robots"] for g in report["gpus"]] == [2, 2]
+    assert report["system"]["bound_starvation"] is not None  # on two GPUs
 
 
 def test_simulate_cli_refuses_bad_gpus_and_placement(capsys: pytest.CaptureFixture[str]) -> None:

@@ -172,6 +172,12 @@ class Simulate:
                 multi = simulate_gpus(
                     fleet, scheduler_config, config, num_gpus=self.gpus, placement=self.placement
                 )
+            if self.bound:
+                bound = fleet_bound(fleet, num_gpus=self.gpus)
+                system = dataclasses.replace(multi.report.system, bound_starvation=bound)
+                multi = dataclasses.replace(
+                    multi, report=dataclasses.replace(multi.report, system=system)
+                )
             extra = {"placement": multi.placement, "num_moved": multi.num_moved}
             extra["gpus"] = [dataclasses.asdict(g) for g in multi.gpus]
             _print_report(multi.report, self.max_robot_rows, self.json_path, extra)

@@ -170,7 +170,7 @@ async def run_fleet(
     fleet: FleetSpec,
     options: FleetOptions,
     *,
-    bound_of: Callable[[FleetSpec], float] | None = None,
+    bound_of: Callable[[FleetSpec, int], float] | None = None,
     wrap_client: WrapClient | None = None,
     on_progress: Callable[[FleetProgress], None] | None = None,
     trace: FleetTrace | None = None,
@@ -178,7 +178,8 @@ async def run_fleet(
 ) -> SimReport:
     """Run every robot of ``fleet`` against the server for ``options.duration_s``.
 
-    ``bound_of`` computes the report's starvation bound, of :func:`served_fleet`;
+    ``bound_of`` computes the report's starvation bound, of :func:`served_fleet` on as
+    many GPUs as the server has (a cluster's front door: its replicas);
     ``on_progress`` is called every :data:`PROGRESS_PERIOD_S` during the run; ``trace``
     records the robots' queues and the server's batches for plots.
     Raises FleetError when the server cannot be reached, refuses the connection,
@@ -252,8 +253,8 @@ async def run_fleet(
             f"({failed} requests failed); no report"
         )
     served = served_fleet(fleet, metadata, after or before)
-    # The bound is one GPU's: against a cluster's front door (several replicas) none.
-    one_gpu = (after or before) is None or (after or before).num_replicas == 1
+    reading = after or before
+    num_gpus = 1 if reading is None else reading.num_replicas  # a cluster: its replicas'
 
     tallies = [
         robot_tally(spec, summary, robot, startup_s=startup_s(fleet, spec))
@@ -269,7 +270,7 @@ async def run_fleet(
         fleet=fleet.name,
         seed=options.seed,
         request_mode=mode,
-        bound_starvation=None if bound_of is None or not one_gpu else bound_of(served),
+        bound_starvation=None if bound_of is None else bound_of(served, num_gpus),
         timing=_timing(summaries, wall_s, after),
         clock="wall",
         decisions_by_rule={} if after is None else after.rules_since(before),

@@ -9,7 +9,7 @@ runs. With ``f_i`` the robot's rate, ``E_i`` its max execution horizon and
 - ``a_i <= E_i * sum_b r_ib``                     (each chunk holds at most E_i actions)
 - ``2 a_i <= f_i + sum_b r_ib (E_i - floor(f_i l_ib))``  (latency costs actions or ticks)
 - ``sum_i r_ib <= b n_b``, ``r_ib <= n_b``        (a batch of b serves b distinct robots)
-- ``sum_b n_b latency(b) <= 1``                   (one GPU)
+- ``sum_b n_b latency(b) <= K``                   (K GPUs, one by default)
 
 With ``min_execution_horizon`` ``k_i`` (robots with one request in flight, whose
 chunk starts are at least ``k_i`` apart) a fourth:
@@ -57,6 +57,7 @@ def solve_fluid(
     window_ticks: Sequence[np.ndarray] = (),
     min_execution_horizon: np.ndarray | None = None,
     evenness: float = 0.0,
+    num_gpus: float = 1.0,
 ) -> FluidSolution:
     """Maximise ``sum w_i a_i - gpu_cost * GPU seconds`` over the fluid constraints.
 
@@ -82,7 +83,12 @@ def solve_fluid(
     is served, at ``evenness`` times the fleet's weighted demand per unit of share: of
     optima alike in weighted motion (equal weights make many), the one that abandons
     no robot it need not. A small value only breaks such ties.
+
+    ``num_gpus`` GPUs pool their seconds (K per second): a relaxation of K GPUs that
+    each batch their own robots, since any schedule of theirs is a schedule of the pool.
     """
+    if not num_gpus > 0:
+        raise ValueError(f"num_gpus must be > 0, got {num_gpus}")
     f = np.asarray(control_hz, dtype=np.float64)
     e = np.asarray(max_execution_horizon, dtype=np.float64)
     w = np.ones_like(f) if weight is None else np.asarray(weight, dtype=np.float64)
@@ -136,12 +142,12 @@ def solve_fluid(
     cols += [r_col.ravel(), np.tile(nb_col, n)]
     vals += [np.ones(n * sizes), -np.ones(n * sizes)]
     rhs.append(np.zeros(n * sizes))
-    # Last row: sum_b n_b latency(b) <= 1
+    # Last row: sum_b n_b latency(b) <= K
     base += n * sizes
     rows.append(np.full(sizes, base))
     cols.append(nb_col)
     vals.append(latency)
-    rhs.append(np.ones(1))
+    rhs.append(np.full(1, float(num_gpus)))
     num_rows = base + 1
     if evenness:
         # Rows: t - a_i / f_i <= 0

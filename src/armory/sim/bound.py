@@ -37,11 +37,13 @@ def starvation_bound(
     *,
     request_mode: RequestMode = "every-tick",
     latency_jitter: float = 0.0,
+    num_gpus: int = 1,
 ) -> float:
     """Least achievable fleet starvation (fraction of ticks): ``1 - sum a_i / sum f_i``.
 
     ``latency_jitter`` is the forward pass's relative jitter (uniform in ``[1 - j, 1 + j]``
-    times the profile); it matters in the one-request modes only.
+    times the profile); it matters in the one-request modes only. With ``num_gpus`` K the
+    fleet is served by K such GPUs, however its robots are placed on them.
     """
     one_request = request_mode in ONE_REQUEST_MODES
     return _least_starvation(
@@ -49,17 +51,20 @@ def starvation_bound(
         profile,
         max_batch_size,
         one_request_jitter=latency_jitter if one_request else None,
+        num_gpus=num_gpus,
     )
 
 
-def fleet_bound(fleet: FleetSpec) -> float:
-    """:func:`starvation_bound` of a fleet file's robots, profile and request mode."""
+def fleet_bound(fleet: FleetSpec, num_gpus: int = 1) -> float:
+    """:func:`starvation_bound` of a fleet file's robots, profile and request mode, on
+    ``num_gpus`` GPUs."""
     return starvation_bound(
         fleet.robot_specs(),
         fleet.profile(),
         fleet.max_batch_size,
         request_mode=fleet.request_mode,
         latency_jitter=fleet.latency_jitter,
+        num_gpus=num_gpus,
     )
 
 
@@ -83,6 +88,7 @@ def _least_starvation(
     *,
     expected_ticks: bool = False,
     one_request_jitter: float | None = None,
+    num_gpus: int = 1,
 ) -> float:
     """The fluid's least starvation; with ``one_request_jitter`` (the forward pass's
     relative jitter) the one-request-mode constraints are added."""
@@ -100,6 +106,7 @@ def _least_starvation(
         expected_ticks=expected_ticks,
         window_ticks=windows,
         min_execution_horizon=classes.min_execution_horizon if windows else None,
+        num_gpus=num_gpus,
     )
     return classes.starvation(solution)
 
