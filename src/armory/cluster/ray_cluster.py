@@ -188,6 +188,13 @@ class ClusterRunner:
     """Starts Ray, the replicas and the front door; :meth:`stop` ends them all."""
 
     def __init__(self, config: ClusterConfig, replica: ServerRecipe) -> None:
+        if replica.server.tls:
+            raise ValueError(
+                "armory cluster does not serve TLS yet: its front door redirects robots to "
+                "ws:// and its supervisor reads the replicas over plain HTTP; leave out "
+                "--replica.server.tls-cert-file and reach the cluster through a tunnel "
+                "(docs/security.md)"
+            )
         self.config = config
         self.replica = replica_options(replica)
         # Until a replica answers its first probe with the latency it learned.
