@@ -87,7 +87,8 @@ class StatsReading:
         counts = {
             b: n - earlier.batch_size_counts.get(b, 0) for b, n in self.batch_size_counts.items()
         }
-        return {b: n for b, n in counts.items() if n > 0}, self.busy_s - earlier.busy_s
+        # A server restarted between the readings (a cluster's replica) counts afresh.
+        return {b: n for b, n in counts.items() if n > 0}, max(self.busy_s - earlier.busy_s, 0.0)
 
 
 def stats_url(ws_uri: str) -> str:
