@@ -13,9 +13,7 @@ import dataclasses
 import json
 import logging
 import os
-import signal
 import sys
-import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -29,6 +27,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from armory.cli_text import tyro_text
 from armory.core.errors import PolicyError
+from armory.core.stop_signals import wait_for_stop
 from armory.engine.config import ServerConfig
 from armory.eval.command import Eval, EvalError
 from armory.fleet_spec import RequestMode
@@ -398,12 +397,8 @@ class Cluster:
             for slot, address in enumerate(runner.addresses()):
                 doors = address.door_addresses() if address else {}
                 print(f"replica {slot}: {doors}", flush=True)
-            stop = threading.Event()
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                signal.signal(signum, lambda *_: stop.set())
-            while not stop.wait(0.5):
-                pass
-            print("stopping the front door, the replicas and Ray", flush=True)
+            wait_for_stop()
+            print("stopping the front door, the replicas and Ray", flush=True)  # to the end
         return 0
 
 
