@@ -528,10 +528,6 @@ def test_cluster_cli_refuses_bad_options(capsys: pytest.CaptureFixture[str]) -> 
     assert "--replicas must be >= 1" in capsys.readouterr().err
     assert main(["cluster", "--forget-after-s", "0"]) == 2
     assert "--forget-after-s must be > 0, got 0.0" in capsys.readouterr().err
-    pytest.importorskip("ray")
-    tls = ["--replica.server.tls-cert-file", "c.pem", "--replica.server.tls-key-file", "k.pem"]
-    assert main(["cluster", *tls]) == 2
-    assert "armory cluster does not serve TLS yet" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

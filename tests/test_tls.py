@@ -23,10 +23,17 @@ from armory_client import (
 from server_harness import expected_actions, make_mock, make_obs, running_server
 from tls_certs import CertificateFiles, write_test_certificates
 
+from armory.cluster.front_door import FrontDoor
+from armory.cluster.replica_table import ReplicaAddress, ReplicaTable
+from armory.cluster.supervisor import Supervisor, SupervisorConfig
 from armory.engine.config import ServerConfig
+from armory.placement.base import ReplicaProfile
+from armory.placement.registry import make_placement
 from armory.policies.base import conform_observation
 from armory.serve import ArmoryServer, ServerThread
 from armory.transports.groot_config import GrootDoorConfig
+from armory.transports.tickets import TicketGate
+from armory.transports.tls import server_ssl_context, server_trust
 
 API_KEY = "tls-key"
 
@@ -168,3 +175,75 @@ def test_groot_door_says_it_is_plaintext(
     with caplog.at_level(logging.WARNING), ServerThread(server):
         pass
     assert "GR00T door" in caplog.text and "plaintext" in caplog.text and "tunnel" in caplog.text
+
+
+def test_a_cluster_front_door_and_its_replicas_speak_tls(
+    certs: CertificateFiles, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`armory cluster` with a certificate: the front door speaks wss:// and redirects to
+    the replicas' wss:// doors, the supervisor reads the replicas over TLS trusting the
+    cluster's CA, and a robot that trusts the CA is served through the door with its key.
+    A supervisor that does not trust the certificate admits no replica and says why."""
+    config = ServerConfig(max_batch_size=4, **_tls(certs))
+    door_context = server_ssl_context(config)
+    trust_replicas = server_trust(config, str(certs.ca_file))
+
+    async def scenario() -> None:
+        servers = [
+            ArmoryServer(
+                make_mock(), config, port=0, api_key=API_KEY, tickets=TicketGate(API_KEY, f"r{k}")
+            )
+            for k in range(2)
+        ]
+        for server in servers:
+            await server.start()
+        announced = [
+            ReplicaAddress(replica_id=f"r{k}", host="127.0.0.1", openpi_port=s.port, tls=True)
+            for k, s in enumerate(servers)
+        ]
+
+        async def registry() -> list[ReplicaAddress]:
+            return announced
+
+        door = FrontDoor(
+            ReplicaTable(2),
+            make_placement("fluid", [ReplicaProfile((0.05, 0.06, 0.07, 0.08))] * 2),
+            port=0,
+            api_key=API_KEY,
+            ssl_context=door_context,
+        )
+        await door.start()
+        try:
+            untrusting = Supervisor(
+                door,
+                registry,
+                SupervisorConfig(),
+                api_key=API_KEY,
+                ssl_context=ssl.create_default_context(),
+            )
+            with caplog.at_level(logging.WARNING, logger="armory.cluster.health"):
+                await untrusting.round()
+            assert door.table.num_up == 0
+            assert "certificate verify failed" in caplog.text
+            supervisor = Supervisor(
+                door, registry, SupervisorConfig(), api_key=API_KEY, ssl_context=trust_replicas
+            )
+            await supervisor.round()
+            assert door.table.num_up == 2
+            assert all(d["openpi"].startswith("wss://") for d in map(_doors, door.listing()))
+            uri = f"wss://127.0.0.1:{door.port}/?robot=arm-1"
+            async with AsyncPolicyClient(uri, api_key=API_KEY, ssl_context=_trust(certs)) as robot:
+                assert (await robot.infer(make_obs(3)))["actions"].size
+            assert sum(s.engine.stats().num_requests for s in servers) == 1
+        finally:
+            await door.stop()
+            for server in servers:
+                await server.stop()
+
+    asyncio.run(scenario())
+
+
+def _doors(entry: dict[str, object]) -> dict[str, str]:
+    doors = entry["doors"]
+    assert isinstance(doors, dict)
+    return doors

@@ -359,6 +359,10 @@ class Cluster:
     forget_after_s: float = 30.0
     """Seconds after which placement forgets a robot its replica no longer serves (its
     load no longer counts; a robot reconnecting within it keeps its replica)."""
+    tls_ca_file: str | None = None
+    """With TLS (--replica.server.tls-cert-file, on the front door and every replica): the
+    CA the front door trusts when it reads the replicas; default: the system's CAs and
+    the certificate itself (self-signed)."""
     replica: Serve = dataclasses.field(default_factory=_replica_defaults)
     """Each replica's server, as armory serve takes it (its ports are picked free)."""
 
@@ -388,6 +392,7 @@ class Cluster:
                 port=self.port,
                 ray_address=self.ray_address,
                 supervisor=supervisor,
+                tls_ca_file=self.tls_ca_file,
             )
             runner = ClusterRunner(config, self.replica)
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import ssl
 import time
 from collections import deque
 from collections.abc import Callable
@@ -61,11 +62,13 @@ class FrontDoor:
         ticket_ttl_s: float = DEFAULT_TICKET_TTL_S,
         wall_clock: Callable[[], float] = time.time,
         clock: Callable[[], float] = time.monotonic,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         """With ``api_key`` every request but ``/healthz`` needs the key, and each redirect
         carries a ticket good for ``ticket_ttl_s`` seconds (``wall_clock``: Unix seconds)
         at the robot's replica, in place of the key (:mod:`armory.transports.tickets`).
-        ``clock`` (seconds) times when each robot was last known to be there."""
+        ``clock`` (seconds) times when each robot was last known to be there. With
+        ``ssl_context`` (a TLS server context) the door speaks ``wss://`` and HTTPS."""
         if not 0 < ticket_ttl_s <= MAX_TICKET_TTL_S:
             raise ValueError(
                 f"ticket_ttl_s must be in (0, {MAX_TICKET_TTL_S:g}], got {ticket_ttl_s}"
@@ -83,6 +86,7 @@ class FrontDoor:
         self._ticket_ttl_s = ticket_ttl_s
         self._wall_clock = wall_clock
         self._clock = clock
+        self._ssl_context = ssl_context
         self._seen_s: dict[str, float] = {}
         """Per placed robot: when it was last placed, sent on, or reported by its replica."""
         self._server: Server | None = None
@@ -201,6 +205,7 @@ class FrontDoor:
             self._requested_port,
             process_request=self._process_request,
             server_header="armory-front-door",
+            ssl=self._ssl_context,
         )
 
     async def stop(self) -> None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +21,8 @@ from armory.core.latency_profile import LatencyProfile
 from armory.placement.base import ReplicaProfile, RobotDemand
 from armory.server_stats import MAX_STATS_BYTES
 from armory.transports import http
+
+logger = logging.getLogger(__name__)
 
 MAX_REPORTED_BATCH_SIZE = 1 << 16
 """Largest batch size of a replica's learned latency that is read: a profile builds a
@@ -54,12 +58,19 @@ class Probe:
 
 
 async def probe_replica(
-    host: str, port: int, *, timeout_s: float, max_batch_size: int, api_key: str | None = None
+    host: str,
+    port: int,
+    *,
+    timeout_s: float,
+    max_batch_size: int,
+    api_key: str | None = None,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> Probe:
-    """GET ``/stats`` from a replica's openpi door within ``timeout_s``."""
+    """GET ``/stats`` from a replica's openpi door within ``timeout_s`` (over TLS with
+    ``ssl_context``, a client context that trusts the replicas' certificate)."""
     try:
         async with asyncio.timeout(timeout_s):
-            reader, writer = await asyncio.open_connection(host, port)
+            reader, writer = await asyncio.open_connection(host, port, ssl=ssl_context)
             try:
                 auth = f"{http.AUTH_HEADER}: {http.AUTH_SCHEME} {api_key}\r\n" if api_key else ""
                 writer.write(
@@ -74,6 +85,9 @@ async def probe_replica(
                 writer.close()
     except ConnectionRefusedError:
         return Probe(alive=False, refused=True)
+    except ssl.SSLError as exc:  # a certificate not trusted, or TLS on one side only
+        logger.warning("replica at %s:%d: TLS failed: %s", host, port, exc)
+        return Probe(alive=False)
     except (TimeoutError, OSError):
         return Probe(alive=False)
     head, _, body = raw.partition(b"\r\n\r\n")

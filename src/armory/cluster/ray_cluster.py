@@ -39,6 +39,7 @@ from armory.placement.base import ReplicaProfile
 from armory.placement.registry import make_placement
 from armory.transports.groot_config import GrootDoorConfig
 from armory.transports.lerobot_grpc import LeRobotDoorConfig
+from armory.transports.tls import server_ssl_context, server_trust
 
 if TYPE_CHECKING:
     from armory.serve import ArmoryServer
@@ -91,6 +92,9 @@ class ClusterConfig:
     start_timeout_s: float = 120.0
     """Seconds for Ray, the replicas and their announcements."""
     supervisor: SupervisorConfig = dataclasses.field(default_factory=SupervisorConfig)
+    tls_ca_file: str | None = None
+    """With TLS on the replicas: the CA (PEM) the front door trusts when it reads them;
+    None trusts the system's CAs and the replicas' certificate itself (self-signed)."""
 
     def __post_init__(self) -> None:
         if self.num_replicas < 1:
@@ -153,6 +157,7 @@ class ArmoryReplica:
             groot_port=getattr(groot, "port", None),
             lerobot_port=getattr(lerobot, "port", None),
             pid=os.getpid(),
+            tls=serve.server.tls,
         )
         registry = ray.get_actor(REGISTRY_NAME, namespace=NAMESPACE)
         ray.get(registry.announce.remote(self.address))
@@ -188,13 +193,6 @@ class ClusterRunner:
     """Starts Ray, the replicas and the front door; :meth:`stop` ends them all."""
 
     def __init__(self, config: ClusterConfig, replica: ServerRecipe) -> None:
-        if replica.server.tls:
-            raise ValueError(
-                "armory cluster does not serve TLS yet: its front door redirects robots to "
-                "ws:// and its supervisor reads the replicas over plain HTTP; leave out "
-                "--replica.server.tls-cert-file and reach the cluster through a tunnel "
-                "(docs/security.md)"
-            )
         self.config = config
         self.replica = replica_options(replica)
         # Until a replica answers its first probe with the latency it learned.
@@ -303,6 +301,7 @@ class ClusterRunner:
             host=config.host,
             port=config.port,
             api_key=self.replica.api_key,
+            ssl_context=server_ssl_context(self.replica.server),
         )
         await self.door.start()
         supervisor = Supervisor(
@@ -312,6 +311,7 @@ class ClusterRunner:
                 config.supervisor, max_batch_size=self.replica.server.max_batch_size
             ),
             api_key=self.replica.api_key,
+            ssl_context=server_trust(self.replica.server, config.tls_ca_file),
         )
         self._supervision = asyncio.ensure_future(supervisor.run())
 
@@ -376,7 +376,8 @@ class ClusterRunner:
 
     @property
     def uri(self) -> str:
-        return f"ws://{self.config.host}:{self.port}"
+        scheme = "wss" if self.replica.server.tls else "ws"
+        return f"{scheme}://{self.config.host}:{self.port}"
 
     def __enter__(self) -> Self:
         return self.start()

@@ -24,10 +24,12 @@ class ReplicaAddress:
     lerobot_port: int | None = None
     pid: int = 0
     """Its process (on its node)."""
+    tls: bool = False
+    """Its openpi door speaks TLS (``wss://``)."""
 
     def door_addresses(self) -> dict[str, str]:
         """Where a robot reaches each open door of this replica."""
-        doors = {"openpi": f"ws://{self.host}:{self.openpi_port}"}
+        doors = {"openpi": f"{'wss' if self.tls else 'ws'}://{self.host}:{self.openpi_port}"}
         if self.groot_port is not None:
             doors["groot"] = f"tcp://{self.host}:{self.groot_port}"
         if self.lerobot_port is not None:

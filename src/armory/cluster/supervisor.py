@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -58,11 +59,15 @@ class Supervisor:
         config: SupervisorConfig,
         *,
         api_key: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        """``ssl_context``: a TLS client context trusting the replicas' certificate, to
+        probe replicas whose doors speak TLS."""
         self.door = door
         self._announced = announced
         self.config = config
         self._api_key = api_key
+        self._ssl_context = ssl_context
         self._misses: dict[str, int] = {}
 
     async def run(self) -> None:
@@ -80,6 +85,7 @@ class Supervisor:
             timeout_s=self.config.timeout_s,
             max_batch_size=self.config.max_batch_size,
             api_key=self._api_key,
+            ssl_context=self._ssl_context if address.tls else None,
         )
 
     async def round(self) -> None:

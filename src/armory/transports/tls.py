@@ -48,3 +48,22 @@ def pem_key_pair(config: ServerConfig) -> tuple[bytes, bytes] | None:
         return None
     assert config.tls_cert_file is not None and config.tls_key_file is not None
     return Path(config.tls_key_file).read_bytes(), Path(config.tls_cert_file).read_bytes()
+
+
+def server_trust(config: ServerConfig, ca_file: str | None = None) -> ssl.SSLContext | None:
+    """A TLS client context for reaching servers that present ``config``'s certificate
+    (the front door of ``armory cluster`` reading its replicas): it trusts the CA in
+    ``ca_file``, or else the system's CAs and that certificate itself (a self-signed
+    one); host names are checked. None when ``config`` has no TLS."""
+    if config.tls_cert_file is None:
+        return None
+    try:
+        if ca_file is not None:
+            return ssl.create_default_context(cafile=ca_file)
+        context = ssl.create_default_context()
+        context.load_verify_locations(cafile=config.tls_cert_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise OSError(
+            f"cannot load the certificates to trust from {ca_file or config.tls_cert_file!r}: {exc}"
+        ) from None
+    return context
