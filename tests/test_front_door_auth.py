@@ -298,7 +298,8 @@ def test_place_answers_groot_robots_with_the_key_and_refuses_without() -> None:
                     with urllib.request.urlopen(request, timeout=5) as response:
                         return response.status, response.read().decode()
                 except urllib.error.HTTPError as exc:
-                    return exc.code, exc.read().decode()
+                    with exc:  # it holds the answer's socket
+                        return exc.code, exc.read().decode()
 
             status, body = await asyncio.to_thread(get, {})
             assert status == 401 and "API key" in body

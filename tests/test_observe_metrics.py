@@ -173,17 +173,20 @@ def test_metrics_need_the_api_key_and_can_be_turned_off() -> None:
     with running_server(api_key="s3cret") as server:
         with pytest.raises(urllib.error.HTTPError) as refused:
             scrape(server.port)
+        refused.value.close()  # an HTTPError holds the answer's socket
         assert refused.value.code == 401
         assert refused.value.headers["WWW-Authenticate"].startswith("Basic")
         assert "armory_requests" in scrape(server.port, auth="Api-Key s3cret")
         basic = base64.b64encode(b"operator:s3cret").decode()
         assert "armory_requests" in scrape(server.port, auth=f"Basic {basic}")
         wrong = base64.b64encode(b"operator:wrong").decode()
-        with pytest.raises(urllib.error.HTTPError):
+        with pytest.raises(urllib.error.HTTPError) as wrong_key:
             scrape(server.port, auth=f"Basic {wrong}")
+        wrong_key.value.close()
     with running_server(metrics=False) as server:
         with pytest.raises(urllib.error.HTTPError) as off:
             scrape(server.port)
+        off.value.close()
         assert off.value.code != 200
         assert server.stats().robots == []
 

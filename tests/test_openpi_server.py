@@ -64,7 +64,8 @@ def http_get(port: int, path: str, headers: dict[str, str] | None = None) -> tup
         with urllib.request.urlopen(request, timeout=5) as response:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
+        with exc:  # it holds the answer's socket
+            return exc.code, exc.read().decode()
 
 
 async def directed_robot(

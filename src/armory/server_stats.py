@@ -140,8 +140,12 @@ def _get_json(url: str, api_key: str | None) -> Any:
     """The JSON body of ``GET url`` (raises on any failure)."""
     headers = {"Authorization": f"Api-Key {api_key}"} if api_key else {}
     request = urllib.request.Request(url, headers=headers)
-    with urllib.request.urlopen(request, timeout=_TIMEOUT_S) as response:
-        return json.loads(response.read(MAX_STATS_BYTES))
+    try:
+        with urllib.request.urlopen(request, timeout=_TIMEOUT_S) as response:
+            return json.loads(response.read(MAX_STATS_BYTES))
+    except urllib.error.HTTPError as exc:
+        exc.close()  # it holds the answer's socket
+        raise
 
 
 def fetch_stats(ws_uri: str, api_key: str | None) -> StatsReading | None:

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from array import array
 from collections import Counter
@@ -143,6 +144,9 @@ class ServerProcess:
         try:
             with urllib.request.urlopen(url, timeout=timeout_s) as response:
                 return response.read()
+        except urllib.error.HTTPError as exc:
+            exc.close()  # it holds the answer's socket
+            return None
         except OSError:
             return None
 
