@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import math
 import ssl
 from collections.abc import Mapping
@@ -21,8 +20,6 @@ from armory.core.latency_profile import LatencyProfile
 from armory.placement.base import ReplicaProfile, RobotDemand
 from armory.server_stats import MAX_STATS_BYTES
 from armory.transports import http
-
-logger = logging.getLogger(__name__)
 
 MAX_REPORTED_BATCH_SIZE = 1 << 16
 """Largest batch size of a replica's learned latency that is read: a profile builds a
@@ -55,6 +52,8 @@ class Probe:
     """Its learned latency per batch size (up to the max batch), when it answered."""
     presence: ReplicaPresence | None = None
     """Who is connected there, when it answered with rows that say."""
+    error: str | None = None
+    """Why it could not be read where that is worth telling (TLS refused)."""
 
 
 async def probe_replica(
@@ -86,8 +85,7 @@ async def probe_replica(
     except ConnectionRefusedError:
         return Probe(alive=False, refused=True)
     except ssl.SSLError as exc:  # a certificate not trusted, or TLS on one side only
-        logger.warning("replica at %s:%d: TLS failed: %s", host, port, exc)
-        return Probe(alive=False)
+        return Probe(alive=False, error=f"TLS failed: {exc}")
     except (TimeoutError, OSError):
         return Probe(alive=False)
     head, _, body = raw.partition(b"\r\n\r\n")

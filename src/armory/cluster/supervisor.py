@@ -68,6 +68,8 @@ class Supervisor:
         self.config = config
         self._api_key = api_key
         self._ssl_context = ssl_context
+        self._told: set[str] = set()
+        """Replicas whose probe error was logged (once each)."""
         self._misses: dict[str, int] = {}
 
     async def run(self) -> None:
@@ -100,6 +102,16 @@ class Supervisor:
         # All at once: a replica that never answers costs one timeout per round, not one
         # timeout per round for each such replica before the others are looked at.
         probes = await asyncio.gather(*(self._probe(a) for a in [*new, *(a for _, a in held)]))
+        for address, probe in zip([*new, *(a for _, a in held)], probes, strict=True):
+            if probe.error is not None and address.replica_id not in self._told:
+                self._told.add(address.replica_id)
+                logger.warning(
+                    "replica %s at %s:%d: %s",
+                    address.replica_id,
+                    address.host,
+                    address.openpi_port,
+                    probe.error,
+                )
         for address, probe in zip(new, probes[: len(new)], strict=True):
             if probe.alive and self.door.replica_up(address, probe.profile) is not None:
                 self._misses[address.replica_id] = 0
