@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from armory.core.door_names import DOOR_NAMES
 from armory.placement.base import RobotDemand
-from armory.placement.query import MAX_ROBOT_NAME, is_robot_name
+from armory.placement.query import MAX_ROBOT_NAME, ROBOT_PARAM, is_robot_name
 
 _DEMAND_FIELDS = {f.name: f.type for f in dataclasses.fields(RobotDemand)}
 
@@ -42,7 +42,7 @@ def parse_placement_request(target: str) -> PlacementRequest:
         if len(items) != 1:
             raise ValueError(f"query parameter {key!r} is given {len(items)} times")
         values[key] = items[0]
-    robot = values.pop("robot", None)
+    robot = values.pop(ROBOT_PARAM, None)
     if robot is not None and not is_robot_name(robot):
         raise ValueError(
             f"robot name must be 1-{MAX_ROBOT_NAME} letters, digits or ._:/@+-, got {robot!r}"
@@ -53,7 +53,7 @@ def parse_placement_request(target: str) -> PlacementRequest:
     demand: dict[str, float | int] = {}
     for key, text in values.items():
         if key not in _DEMAND_FIELDS:
-            valid = ", ".join(["robot", "door", *_DEMAND_FIELDS])
+            valid = ", ".join([ROBOT_PARAM, "door", *_DEMAND_FIELDS])
             raise ValueError(f"unknown query parameter {key!r}; valid: {valid}")
         try:
             number = float(text)

@@ -8,12 +8,12 @@ from __future__ import annotations
 import dataclasses
 
 from armory_client.wire import placement
-from armory_client.wire.placement import MAX_ROBOT_NAME, is_robot_name
+from armory_client.wire.placement import MAX_ROBOT_NAME, ROBOT_PARAM, is_robot_name
 
 from armory.fleet_spec import RobotSpec
 from armory.placement.base import RobotDemand
 
-__all__ = ["MAX_ROBOT_NAME", "is_robot_name", "placement_query", "robot_demand"]
+__all__ = ["MAX_ROBOT_NAME", "ROBOT_PARAM", "is_robot_name", "placement_query", "robot_demand"]
 
 
 def placement_query(robot: str | None, demand: RobotDemand | None) -> str:

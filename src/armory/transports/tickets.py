@@ -21,8 +21,9 @@ import time
 from collections.abc import Callable
 from urllib.parse import parse_qs, urlencode, urlsplit
 
+from armory_client.wire.placement import ROBOT_PARAM
+
 TICKET_PARAM = "ticket"
-ROBOT_PARAM = "robot"
 DEFAULT_TICKET_TTL_S = 5.0
 """Seconds a ticket stays good: the redirect is followed at once."""
 MAX_TICKET_TTL_S = 60.0

@@ -10,11 +10,19 @@ from __future__ import annotations
 import re
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
-__all__ = ["MAX_ROBOT_NAME", "is_robot_name", "names_a_robot", "placement_query", "with_query"]
+__all__ = [
+    "MAX_ROBOT_NAME",
+    "ROBOT_PARAM",
+    "is_robot_name",
+    "names_a_robot",
+    "placement_query",
+    "with_query",
+]
 
 MAX_ROBOT_NAME = 128
 """Longest robot name the front door accepts (characters)."""
 ROBOT_PARAM = "robot"
+"""The query parameter that names the robot (the front door's and its tickets')."""
 _NAME = re.compile(r"^[A-Za-z0-9._:/@+-]+$")
 
 
