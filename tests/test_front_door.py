@@ -4,6 +4,7 @@ replicas coming and going, and the supervisor that notices a dead one."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -17,6 +18,7 @@ from armory_client import (
     RobotRuntime,
     RuntimeConfig,
 )
+from armory_client.wire.placement import placement_query
 from fleet_files import mixed_fleet
 from server_harness import armory_serve, make_mock, make_obs
 
@@ -28,7 +30,7 @@ from armory.cluster.supervisor import Supervisor, SupervisorConfig
 from armory.engine.config import ServerConfig
 from armory.fleet import FleetOptions, run_fleet
 from armory.placement.base import ReplicaProfile, RobotDemand
-from armory.placement.query import placement_query, robot_demand
+from armory.placement.query import robot_demand
 from armory.placement.registry import make_placement
 from armory.serve import ArmoryServer
 from armory.sim.bound import fleet_bound
@@ -59,9 +61,10 @@ def test_parse_reads_name_door_and_demand() -> None:
 def test_a_placement_query_reads_back_as_it_was_written() -> None:
     """What a robot writes into its URI (placement_query) is what the front door reads."""
     demand = RobotDemand(control_hz=33.3, max_execution_horizon=7, round_trip_s=0.0125, weight=2.5)
-    request = parse_placement_request("/?" + placement_query("arm-3:left", demand))
+    asks = dataclasses.asdict(demand)
+    request = parse_placement_request("/?" + placement_query("arm-3:left", **asks))
     assert (request.robot, request.demand) == ("arm-3:left", demand)
-    assert parse_placement_request("/?" + placement_query(None, demand)).robot is None
+    assert parse_placement_request("/?" + placement_query(None, **asks)).robot is None
 
 
 @pytest.mark.parametrize(

@@ -36,7 +36,6 @@ from armory_client import (
     RuntimeSummary,
     SafetyConfig,
 )
-from armory_client.wire.placement import with_query
 
 from armory.core.latency_profile import LatencyProfile
 from armory.fleet.link import FleetClient
@@ -44,8 +43,7 @@ from armory.fleet.observations import ObservationFactory
 from armory.fleet.robot import SyntheticRobot
 from armory.fleet.trace import FleetTrace
 from armory.fleet_spec import REQUEST_MODES, FleetSpec, RobotSpec
-from armory.placement.base import RobotDemand
-from armory.placement.query import is_robot_name, placement_query, robot_demand
+from armory.placement.query import robot_demand
 from armory.report import RobotTally, SimReport, make_report, startup_s
 from armory.server_stats import StatsReading, read_stats
 
@@ -146,24 +144,23 @@ class FleetOptions:
 
     def client(self, robot: RobotSpec | None = None) -> AsyncPolicyClient:
         """A new (unconnected) client of the server. A ``robot``'s URI names it and says
-        what it asks of a GPU (:func:`placement_query`), so that the front door of
-        ``armory cluster`` places it by load and keeps it on its replica across
-        reconnects; a server ignores the query."""
-        uri = self.server_uri
-        if robot is not None:
-            name = robot.robot_id if is_robot_name(robot.robot_id) else None  # else anonymous
-            try:
-                demand: RobotDemand | None = robot_demand(robot)
-            except ValueError:  # beyond the wire's bounds: the server refuses it, by name
-                demand = None
-            uri = with_query(uri, placement_query(name, demand))
-        return AsyncPolicyClient(
-            uri,
+        what it asks of a GPU, its smallest round trip included (``name_robot``), so that
+        the front door of ``armory cluster`` places it by load and keeps it on its replica
+        across reconnects; a server ignores the query."""
+        client = AsyncPolicyClient(
+            self.server_uri,
             None,
             api_key=self.api_key,
             connect_timeout_s=self.connect_timeout_s,
             request_timeout_s=self.request_timeout_s,
         )
+        if robot is not None:
+            try:
+                asks = dataclasses.asdict(robot_demand(robot))
+            except ValueError:  # beyond the wire's bounds: the server refuses it, by name
+                asks = {}
+            client.name_robot(robot.robot_id, **asks)
+        return client
 
 
 async def run_fleet(

@@ -1,27 +1,16 @@
 """How a robot names itself to a cluster's front door and says what it asks of a GPU:
 the query of the URI it connects to (``/?robot=arm-3&control_hz=30&...``), written by
-the client's :mod:`armory_client.wire.placement` and read by
+the client (:mod:`armory_client.wire.placement`, ``name_robot``) and read by
 :mod:`armory.cluster.placement_request`; a fleet robot's demand."""
 
 from __future__ import annotations
 
-import dataclasses
-
-from armory_client.wire import placement
 from armory_client.wire.placement import MAX_ROBOT_NAME, ROBOT_PARAM, is_robot_name
 
 from armory.fleet_spec import RobotSpec
 from armory.placement.base import RobotDemand
 
-__all__ = ["MAX_ROBOT_NAME", "ROBOT_PARAM", "is_robot_name", "placement_query", "robot_demand"]
-
-
-def placement_query(robot: str | None, demand: RobotDemand | None) -> str:
-    """The query (without ``?``) by which a robot names itself (unless ``robot`` is None)
-    and says what it asks of a GPU (unless ``demand`` is None): what the front door reads
-    back (:func:`armory_client.wire.placement.placement_query`)."""
-    fields = {} if demand is None else dataclasses.asdict(demand)
-    return placement.placement_query(robot, **fields)
+__all__ = ["MAX_ROBOT_NAME", "ROBOT_PARAM", "is_robot_name", "robot_demand"]
 
 
 def robot_demand(spec: RobotSpec) -> RobotDemand:

@@ -148,13 +148,14 @@ class _ClientBase:
         *,
         control_hz: float | None = None,
         max_execution_horizon: int | None = None,
+        round_trip_s: float | None = None,
         weight: float | None = None,
     ) -> None:
         """Say in the URI of every connection from now on who the robot is and what it
-        asks of a GPU (`wire.placement`): the front door of ``armory cluster`` places it
-        by that and keeps it on its replica across reconnects; a server ignores it. A URI
-        that names a robot already is kept as it is; an id the front door would refuse as
-        a name is left out (the robot's demand is still said)."""
+        asks of a GPU (`wire.placement`; each value given): the front door of ``armory
+        cluster`` places it by that and keeps it on its replica across reconnects; a server
+        ignores it. A URI that names a robot already is kept as it is; an id the front door
+        would refuse as a name is left out (the robot's demand is still said)."""
         if names_a_robot(self._uri):
             return
         name = robot_id if is_robot_name(robot_id) else None
@@ -162,6 +163,7 @@ class _ClientBase:
             name,
             control_hz=control_hz,
             max_execution_horizon=max_execution_horizon,
+            round_trip_s=round_trip_s,
             weight=weight,
         )
         self._uri = with_query(self._uri, query)
