@@ -110,6 +110,9 @@ class FrontDoor:
         """The replica in ``slot`` is dead: its robots are placed again (robot -> slot)."""
         address = self.table.retire(slot)
         moved = self.placement.fail(slot)
+        # With no replica up its robots were removed from placement: forget them here too.
+        for robot in [r for r in self._seen_s if self.placement.replica_of(r) is None]:
+            del self._seen_s[robot]
         logger.warning(
             "replica %s in slot %d is down; %d robots placed again",
             address.replica_id if address else "?",

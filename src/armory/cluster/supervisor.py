@@ -101,8 +101,9 @@ class Supervisor:
         held = [(slot, a) for slot, a in enumerate(table.slots) if a is not None]
         # All at once: a replica that never answers costs one timeout per round, not one
         # timeout per round for each such replica before the others are looked at.
-        probes = await asyncio.gather(*(self._probe(a) for a in [*new, *(a for _, a in held)]))
-        for address, probe in zip([*new, *(a for _, a in held)], probes, strict=True):
+        probed = [*new, *(a for _, a in held)]
+        probes = await asyncio.gather(*(self._probe(a) for a in probed))
+        for address, probe in zip(probed, probes, strict=True):
             if probe.error is not None and address.replica_id not in self._told:
                 self._told.add(address.replica_id)
                 logger.warning(
