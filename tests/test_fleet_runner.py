@@ -234,6 +234,7 @@ def test_server_dying_mid_run_is_an_error_not_a_report(
     [
         (["--duration", "0"], "--duration-s must be > 0"),
         (["--port", "70000"], "--port must be in 0..65535"),
+        (["--host", "ws://door:8000/?robot=x"], "names a robot; each robot of the fleet"),
     ],
 )
 def test_bad_option_is_one_line_error(

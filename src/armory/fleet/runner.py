@@ -36,6 +36,7 @@ from armory_client import (
     RuntimeSummary,
     SafetyConfig,
 )
+from armory_client.wire.placement import names_a_robot
 
 from armory.core.latency_profile import LatencyProfile
 from armory.fleet.link import FleetClient
@@ -132,6 +133,10 @@ class FleetOptions:
             raise ValueError(f"--port must be in 0..65535, got {self.port}")
         if self.seed < 0:
             raise ValueError(f"--seed must be >= 0, got {self.seed}")
+        if names_a_robot(self.host):
+            raise ValueError(
+                f"--host {self.host!r} names a robot; each robot of the fleet names itself"
+            )
         for name in ("connect_timeout_s", "request_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be > 0")
