@@ -127,6 +127,23 @@ def test_expected_ticks_charge_the_mean_over_phases_not_the_fewest() -> None:
     assert expected == pytest.approx((20.0 + 0.4 / 0.07) / 2.0)
 
 
+def test_a_robot_that_asks_ahead_needs_a_chunk_per_what_it_does_not_hold() -> None:
+    """20 Hz, E = 10, batches of one in 0.07 s and 10 ms of links: in full it needs 20 / 9
+    chunks a second (each round trip costs a tick). A client that asks while it still holds
+    6 actions gets 4 new ones a chunk: 5 chunks a second, a third of the GPU's 14.3;
+    holding 8, 10 a second; holding 9, 20 a second, more than the GPU computes (it serves
+    14.3 x 1 actions a second)."""
+    args = (np.array([20.0]), np.array([10.0]), np.array([0.005]), np.array([0.07]))
+    cost = {"gpu_cost": 1e-3}
+    assert solve_fluid(*args, **cost).chunks_per_s.sum() == pytest.approx(20.0 / 9.0)
+    for held, chunks_per_s in ((6.0, 5.0), (8.0, 10.0)):
+        solution = solve_fluid(*args, **cost, asks_ahead=np.array([held]))
+        assert solution.actions_per_s[0] == pytest.approx(20.0)
+        assert solution.chunks_per_s.sum() == pytest.approx(chunks_per_s)
+    short = solve_fluid(*args, **cost, asks_ahead=np.array([9.0]))
+    assert short.actions_per_s[0] == pytest.approx(1.0 / 0.07)
+
+
 def test_bound_uses_the_smallest_delays() -> None:
     """Link jitter lowers the delay the bound assumes, and with it the bound."""
     # 0.07 + 2 x 0.015 = 0.1 s holds 2 ticks at 20 Hz; with jitter 0.095 s holds 1.

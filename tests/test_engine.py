@@ -94,6 +94,26 @@ def test_plain_client_is_assumed_waiting_with_an_empty_queue() -> None:
     assert second.report == QueueReport(action_index=10, actions_left=0, chunk_start=0)
 
 
+def test_every_tick_clients_stream_and_others_ask_at_their_own_moment() -> None:
+    """An every-tick client (pipelined, or resending when deferred) keeps sending while it
+    waits: the server picks the moment of its chunk. A threshold client and a plain one
+    ask once per chunk when they choose."""
+    defaults = PlainClientDefaults()
+
+    def limits(state: RobotState | None) -> RobotLimits:
+        return (
+            Session(peer="test")
+            .plan(state, received_s=0.0, defaults=defaults, action_horizon=10)
+            .limits
+        )
+
+    assert limits(armory_state("a", pipelined=True)).streams
+    assert limits(armory_state("a", defer_after_s=0.05)).streams
+    assert not limits(armory_state("a")).streams
+    assert not limits(armory_state("a", directed=True)).streams
+    assert not limits(None).streams
+
+
 def test_armory_link_delay_is_round_trip_less_server_time() -> None:
     """The client's round trip minus the server's time on the previous request, halved."""
     session = Session(peer="test")

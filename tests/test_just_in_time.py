@@ -3,6 +3,7 @@ over capacity, spend the GPU where a chunk buys the most weighted motion."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ from armory.scheduling import fluid_mix
 from armory.scheduling.fluid import solve_fluid
 from armory.scheduling.just_in_time import JustInTimeScheduler, _batch_numbers, candidate_sizes
 from armory.scheduling.max_batch import MaxBatchScheduler
+from armory.scheduling.round_robin import RoundRobinScheduler
 from armory.sim.simulator import SimConfig, simulate
 
 # Defaults of make_snapshot: 20 Hz, 10-action chunks, 5 ms downlink, the l40s-pi05 table
@@ -405,26 +407,28 @@ def test_over_capacity_with_one_weight_and_singles_a_chunk_goes_where_it_adds_mo
     assert batch.robot_ids == (9,)
 
 
+def _group(count: int, hz: float, horizons: tuple[int, int], link: DelaySpec) -> RobotGroup:
+    """``count`` robots at ``hz`` with (min, max) execution ``horizons``, ``link`` each way."""
+    return RobotGroup(
+        count=count,
+        control_hz=hz,
+        min_execution_horizon=horizons[0],
+        max_execution_horizon=horizons[1],
+        uplink=link,
+        downlink=link,
+    )
+
+
 def test_slow_robots_with_short_chunks_do_not_take_the_gpu_from_the_rest() -> None:
     """The fleet of the case above over 20 s of threshold requests (test fleet 1142 of
     the mixed family): served in due order it starved 46.5% of its ticks, max-batch 36%."""
 
-    def group(count: int, hz: float, horizons: tuple[int, int], link: DelaySpec) -> RobotGroup:
-        return RobotGroup(
-            count=count,
-            control_hz=hz,
-            min_execution_horizon=horizons[0],
-            max_execution_horizon=horizons[1],
-            uplink=link,
-            downlink=link,
-        )
-
     fleet = FleetSpec(
         name="slow-beside-fast",
         robots=(
-            group(6, 25.0, (6, 14), DelaySpec(0.0643, 0.0179)),
-            group(3, 5.0, (1, 2), DelaySpec(0.0031, 0.0016)),
-            group(2, 20.0, (8, 14), DelaySpec(0.0023, 0.0005)),
+            _group(6, 25.0, (6, 14), DelaySpec(0.0643, 0.0179)),
+            _group(3, 5.0, (1, 2), DelaySpec(0.0031, 0.0016)),
+            _group(2, 20.0, (8, 14), DelaySpec(0.0023, 0.0005)),
         ),
         action_horizon=14,
         max_batch_size=32,
@@ -437,3 +441,52 @@ def test_slow_robots_with_short_chunks_do_not_take_the_gpu_from_the_rest() -> No
     ours = simulate(fleet, JustInTimeScheduler(), config).system.starvation
     baseline = simulate(fleet, MaxBatchScheduler(), config).system.starvation
     assert ours < baseline - 0.05
+
+
+def test_robots_that_ask_ahead_need_more_chunks_than_their_horizons_say() -> None:
+    """Three 20 Hz robots with 10-action chunks fit the GPU (about 3.3 chunks a second
+    each, batches of three a little over 15 a second). Threshold clients that ask while
+    they still hold 7 actions get about 3 new ones a chunk, and need twice the chunks:
+    the fleet is over capacity."""
+    fits = make_snapshot([1.0] * 3, now_s=0.9, max_batch_size=3)
+    assert fluid_mix.fluid_mix(fits).fits
+    asks = dataclasses.replace(fits, asks_ahead=np.full(3, 7))
+    assert not fluid_mix.surely_fits(asks)
+    assert not fluid_mix.fluid_mix(asks).fits
+    # Robots that ask nothing ahead are the robots of before.
+    none = dataclasses.replace(fits, asks_ahead=np.zeros(3, dtype=np.int64))
+    for a, b in zip(
+        dataclasses.astuple(fluid_mix.fluid_mix(none)),
+        dataclasses.astuple(fluid_mix.fluid_mix(fits)),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_threshold_robots_are_not_served_into_a_spiral() -> None:
+    """Test fleet 1140 of the mixed family: 77 threshold robots at 5-30 Hz on a near-flat
+    profile, below capacity by their horizons. Held to their due times, each chunk landed
+    on a dry queue and its client asked ever earlier, until the GPU ran short of what the
+    robots' horizons promised: 7.5% starved over 10 s where round-robin, which answers in
+    turn, starved 1.7%. Charged what its clients hold when they ask, the fleet is over
+    capacity by the fluid program, and served as such."""
+
+    fleet = FleetSpec(
+        name="threshold-spiral",
+        robots=(
+            _group(11, 5.0, (1, 2), DelaySpec(0.0022, 0.002)),
+            _group(17, 10.0, (3, 7), DelaySpec(0.0018, 0.001)),
+            _group(34, 15.0, (2, 11), DelaySpec(0.0292, 0.0075)),
+            _group(15, 30.0, (11, 30), DelaySpec(0.019, 0.0004)),
+        ),
+        action_horizon=30,
+        max_batch_size=16,
+        latency_profile="linear",
+        latency_points={1: 0.07826, 2: 0.07925},
+        latency_jitter=0.087,
+        request_mode="threshold",
+    )
+    config = SimConfig(duration_s=10.0, seed=1140)
+    ours = simulate(fleet, JustInTimeScheduler(), config).system.starvation
+    baseline = simulate(fleet, RoundRobinScheduler(), config).system.starvation
+    assert ours <= baseline + 0.005

@@ -51,6 +51,11 @@ class RobotLimits:
     """Expected seconds from the server sending a chunk to the robot holding it."""
     directed: bool = False
     """The robot sends its observations when the server's replies say (directed mode)."""
+    streams: bool = False
+    """The robot keeps sending observations while it waits for its chunk (every-tick mode),
+    so the server picks the moment each chunk is computed from. A robot that neither
+    streams nor is directed asks once per chunk at a moment its own client picks
+    (threshold clients; plain openpi, LeRobot and GR00T clients)."""
 
 
 @dataclass(frozen=True)
@@ -122,7 +127,7 @@ _INT_COLUMNS = (
     "queue_end",
     "report_queue_end",
 )
-_BOOL_COLUMNS = ("active", "has_obs", "directed")
+_BOOL_COLUMNS = ("active", "has_obs", "directed", "streams")
 
 
 class QueueMirror:
@@ -198,6 +203,7 @@ class QueueMirror:
         self.uplink_s[row] = limits.uplink_s
         self.downlink_s[row] = limits.downlink_s
         self.directed[row] = limits.directed
+        self.streams[row] = limits.streams
         self.min_execution_horizon[row] = limits.min_execution_horizon
         self.max_execution_horizon[row] = limits.max_execution_horizon
 
@@ -287,7 +293,16 @@ class QueueMirror:
             latency_table_s=latency_table_s,
             max_batch_size=max_batch_size,
             directed=self.directed[s].copy(),
+            asks_ahead=self._asks_ahead(s),
         )
+
+    def _asks_ahead(self, s: slice) -> np.ndarray:
+        """Per robot that asks at its own moment (neither streaming nor directed): the
+        actions it held when it took its latest observation, at most a chunk; 0 for the
+        others, whose moment the server picks."""
+        held = self.report_queue_end[s] - self.obs_index[s]
+        np.minimum(held, self.max_execution_horizon[s], out=held)
+        return np.where(self.streams[s] | self.directed[s], 0, np.maximum(held, 0))
 
     def downlink_s_of(self, robot_id: int) -> float:
         return float(self.downlink_s[self._row_of[robot_id]])

@@ -178,6 +178,8 @@ class Session:
             uplink_s=link_s,
             downlink_s=link_s,
             directed=state.directed,
+            # Every-tick clients send while they wait: pipelined, or resent when deferred.
+            streams=state.pipelined or state.defer_after_s is not None,
         )
         self.episode_id = state.episode_id
         report = QueueReport(

@@ -2,11 +2,12 @@
 
 Variables, per second of steady state: ``a_i`` actions robot i executes, ``r_ib``
 chunks it receives from batches of size b, ``n_b`` batches of size b the GPU
-runs. With ``f_i`` the robot's rate, ``E_i`` its max execution horizon and
+runs. With ``f_i`` the robot's rate, ``E_i`` its max execution horizon, ``h_i`` the
+actions its client still holds when it asks (0 unless given) and
 ``l_ib = latency(b) + uplink_i + downlink_i``:
 
 - ``a_i <= f_i``                                  (a robot cannot outrun its clock)
-- ``a_i <= E_i * sum_b r_ib``                     (each chunk holds at most E_i actions)
+- ``a_i <= (E_i - h_i) * sum_b r_ib``             (each chunk adds at most E_i - h_i actions)
 - ``2 a_i <= f_i + sum_b r_ib (E_i - floor(f_i l_ib))``  (latency costs actions or ticks)
 - ``sum_i r_ib <= b n_b``, ``r_ib <= n_b``        (a batch of b serves b distinct robots)
 - ``sum_b n_b latency(b) <= K``                   (K GPUs, one by default)
@@ -58,6 +59,7 @@ def solve_fluid(
     min_execution_horizon: np.ndarray | None = None,
     evenness: float = 0.0,
     num_gpus: float = 1.0,
+    asks_ahead: np.ndarray | None = None,
 ) -> FluidSolution:
     """Maximise ``sum w_i a_i - gpu_cost * GPU seconds`` over the fluid constraints.
 
@@ -84,6 +86,10 @@ def solve_fluid(
     optima alike in weighted motion (equal weights make many), the one that abandons
     no robot it need not. A small value only breaks such ties.
 
+    ``asks_ahead`` (``h_i``): for a robot whose client asks once per chunk while it still
+    holds that many actions (a threshold client), each chunk overlaps them and adds at
+    most ``E_i - h_i``, however soon it lands.
+
     ``num_gpus`` GPUs pool their seconds (K per second): a relaxation of K GPUs that
     each batch their own robots, since any schedule of theirs is a schedule of the pool.
     """
@@ -109,10 +115,11 @@ def solve_fluid(
     k = None if min_execution_horizon is None else np.asarray(min_execution_horizon, np.float64)
     robot_rows = np.arange(n)
     pairs = np.repeat(robot_rows, sizes)
-    # Rows 0..n-1: a_i - E_i sum_b r_ib <= 0
+    # Rows 0..n-1: a_i - (E_i - h_i) sum_b r_ib <= 0
     rows = [robot_rows, pairs]
     cols = [robot_rows, r_col.ravel()]
-    vals = [np.ones(n), -np.repeat(e, sizes)]
+    kept = e if asks_ahead is None else np.maximum(e - np.asarray(asks_ahead, np.float64), 1.0)
+    vals = [np.ones(n), -np.repeat(kept, sizes)]
     rhs = [np.zeros(n)]
     base = n
     for charge_ib in charges:

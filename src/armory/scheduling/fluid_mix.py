@@ -31,6 +31,9 @@ LINK_STEPS_LINEAR = 8
 LINK_STEP_RATIO = 1.25
 """... and beyond it in steps of this ratio (25%)."""
 
+KEPT_STEP_RATIO = 1.25
+"""What a chunk adds to a robot that asks ahead is taken in steps of this ratio."""
+
 TABLE_STEP = 0.005
 """The latency table is taken in relative steps of this size (on a log scale)."""
 
@@ -71,12 +74,35 @@ def fluid_mix(s: Snapshot) -> FluidMix:
     keys = np.stack([s.control_hz, s.max_execution_horizon, steps, s.weight], axis=1)
     classes, counts, inverse = _classes(np.round(keys, 6).tobytes())
     table = np.log(s.latency_table_s[1:]) / np.log1p(TABLE_STEP)
-    sizes, share, held = _solve(classes, counts, tuple(np.round(table).astype(np.int64).tolist()))
+    sizes, share, held = _solve(
+        classes,
+        counts,
+        tuple(np.round(table).astype(np.int64).tolist()),
+        _kept_steps(s.asks_ahead, np.array([c[1] for c in classes]), inverse),
+    )
     return FluidMix(
         sizes=np.array(sizes, dtype=np.int64),
         share=np.array(share)[inverse],
         held=np.array(held)[inverse],
     )
+
+
+def _kept_steps(
+    asks_ahead: np.ndarray | None, horizon: np.ndarray, inverse: np.ndarray
+) -> tuple[int | None, ...] | None:
+    """Per class: the actions a chunk adds past what its robots hold on average when they
+    ask (``E - h``, at least one), in steps of ``KEPT_STEP_RATIO``, or None for a class
+    that asks less than a step ahead; None when no class asks ahead. A class's robots ask
+    alike, and coarse steps keep the memo's keys few."""
+    if asks_ahead is None or not asks_ahead.any():
+        return None
+    held = np.bincount(inverse, weights=asks_ahead) / np.bincount(inverse)
+    kept = np.maximum(horizon - held, 1.0)
+    steps = np.round(np.log(kept) / np.log(KEPT_STEP_RATIO)).astype(np.int64)
+    asks = KEPT_STEP_RATIO**steps < horizon
+    if not asks.any():
+        return None
+    return tuple(int(k) if a else None for k, a in zip(steps, asks, strict=True))
 
 
 def link_steps(round_trip_s: np.ndarray) -> np.ndarray:
@@ -102,6 +128,9 @@ def surely_fits(s: Snapshot, headroom: float = 0.9) -> bool:
     sizes = np.arange(1, s.max_batch_size + 1)
     latency_s = s.latency_table_s[sizes][:, None]
     lost = np.ceil(s.control_hz[None, :] * (latency_s + 2.0 * s.downlink_s[None, :])) + 1.0
+    if s.asks_ahead is not None:
+        # A robot that asks ahead gives up what it still holds, however soon its chunk lands.
+        lost = np.maximum(lost, s.asks_ahead[None, :])
     kept = s.max_execution_horizon[None, :] - lost
     # Each robot's chunk must outlast a batch: one batch serves a robot once.
     outlasts = np.all(kept > s.control_hz[None, :] * latency_s, axis=1)
@@ -124,12 +153,28 @@ def _classes(
 
 @lru_cache(maxsize=_MEMO_SIZE)
 def _solve(
-    classes: tuple[tuple[float, ...], ...], counts: tuple[int, ...], table_steps: tuple[int, ...]
+    classes: tuple[tuple[float, ...], ...],
+    counts: tuple[int, ...],
+    table_steps: tuple[int, ...],
+    kept_steps: tuple[int | None, ...] | None,
 ) -> tuple[tuple[int, ...], tuple[float, ...], tuple[bool, ...]]:
     keys = np.array(classes, dtype=np.float64)
     control_hz, horizon, weight = keys[:, 0], keys[:, 1], keys[:, 3]
     delay_s = link_of_step(keys[:, 2])
     latency_s = np.power(1.0 + TABLE_STEP, np.array(table_steps, dtype=np.float64))
+    asks_ahead = None
+    tick_charges = (False, True)
+    if kept_steps is not None:
+        pairs = zip(kept_steps, horizon, strict=True)
+        kept = [e if k is None else KEPT_STEP_RATIO**k for k, e in pairs]
+        asks_ahead = np.maximum(horizon - np.array(kept), 0.0)
+        if None not in kept_steps:
+            # Every class asks ahead: each chunk pays what its client holds, which its
+            # round trip falls within while it asks in time. The expected-tick charge (a
+            # round trip started at a random tick phase) is of robots whose moment the
+            # server picks; here it only kept batch sizes that lengthen the round trips
+            # the clients then ask ahead by (docs/scheduling.md, "Robots that ask ahead").
+            tick_charges = (False,)
     solutions = [
         solve_fluid(
             control_hz,
@@ -141,13 +186,14 @@ def _solve(
             gpu_cost=GPU_COST,
             expected_ticks=expected,
             evenness=EVENNESS,
+            asks_ahead=asks_ahead,
         )
-        for expected in (False, True)
+        for expected in tick_charges
     ]
     # Sizes: those the optimum uses when each chunk pays the fewest ticks its window
     # can hold, and those it uses when it pays the ticks expected at a random phase
     # (more, so smaller batches can win).
-    sizes = np.union1d(*(_sizes_used(solution) for solution in solutions))
+    sizes = np.union1d(_sizes_used(solutions[0]), _sizes_used(solutions[-1]))
     share = np.clip(solutions[0].actions_per_s / control_hz, 0.0, 1.0)
     held = share < round_trip_share(control_hz, horizon, delay_s + latency_s[0]) - 1e-6
     return tuple(int(b) for b in sizes), tuple(float(x) for x in share), tuple(held.tolist())

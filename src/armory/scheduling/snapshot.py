@@ -41,6 +41,11 @@ class Snapshot:
     directed: np.ndarray | None = None
     """bool: the robot sends its observations when the server says (directed mode); None:
     no robot does."""
+    asks_ahead: np.ndarray | None = None
+    """int64: for a robot that asks once per chunk at a moment its own client picks (a
+    threshold client), the actions it still held when it sent its latest observation: its
+    client asks that early, and each chunk overlaps that much of its queue. 0 for robots
+    whose moment the server picks (streaming, directed); None: 0 for every robot."""
 
     @property
     def num_robots(self) -> int:

@@ -91,6 +91,7 @@ class Simulator:
                 uplink_s=spec.uplink.median_s,
                 downlink_s=spec.downlink.median_s,
                 directed=fleet.request_mode == "directed",
+                streams=fleet.request_mode == "every-tick",
             )
             for spec in specs
         ]
