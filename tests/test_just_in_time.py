@@ -277,6 +277,23 @@ def test_a_fleet_far_below_capacity_needs_no_linear_program(
     assert solves
 
 
+def test_the_quick_no_of_surely_fits_never_turns_a_yes_away() -> None:
+    """surely_fits rules most crowded fleets out from the shortest batch and the fastest
+    size's chunk rate before it tries each size; the answer is that of trying every size,
+    on fleets that fit and fleets that do not (some asking ahead)."""
+    rng = np.random.default_rng(7)
+    answers = []
+    for _ in range(400):
+        snapshot = random_snapshot(rng)
+        table = snapshot.latency_table_s * rng.uniform(0.02, 1.0)
+        asks = rng.integers(0, 12, snapshot.num_robots) * (rng.random() < 0.5)
+        snapshot = dataclasses.replace(snapshot, latency_table_s=table, asks_ahead=asks)
+        answer = fluid_mix.surely_fits(snapshot)
+        assert answer == fluid_mix._fits_at_some_size(snapshot, 0.9)
+        answers.append(answer)
+    assert 40 < sum(answers) < 360
+
+
 def test_link_estimates_that_differ_robot_to_robot_make_few_classes() -> None:
     """300 robots of one type whose link estimates spread over 3-150 ms (as a live server
     learns them) make at most 17 classes of the program: 5 ms steps to 40 ms of round

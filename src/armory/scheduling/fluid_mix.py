@@ -124,18 +124,42 @@ def surely_fits(s: Snapshot, headroom: float = 0.9) -> bool:
     """Whether back-to-back batches of some one size would feed every robot with
     ``headroom`` to spare, each chunk losing the ticks of that batch's round trip and one
     more: then the fluid optimum serves everyone in full, and there is no need to solve
-    it. O(robots x sizes); a fleet near capacity is left to the program."""
+    it. O(robots x sizes), after an O(robots) test that rules out most fleets that do not
+    fit; a fleet near capacity is left to the program."""
+    sizes = np.arange(1, s.max_batch_size + 1)
+    latency_s = s.latency_table_s[sizes]
+    # No size does better than every batch as short as the shortest and as many chunks a
+    # second as the fastest size computes.
+    shortest_s = latency_s.min()
+    kept = _kept_actions(s, shortest_s)
+    if not np.all(kept > s.control_hz * shortest_s) or np.sum(
+        s.control_hz / np.maximum(kept, 1.0)
+    ) > headroom * np.max(sizes / latency_s):
+        return False
+    return _fits_at_some_size(s, headroom)
+
+
+def _fits_at_some_size(s: Snapshot, headroom: float) -> bool:
+    """:func:`surely_fits`, size by size: the batch size, if any, whose back-to-back
+    batches feed every robot with ``headroom`` to spare."""
     sizes = np.arange(1, s.max_batch_size + 1)
     latency_s = s.latency_table_s[sizes][:, None]
-    lost = np.ceil(s.control_hz[None, :] * (latency_s + 2.0 * s.downlink_s[None, :])) + 1.0
-    if s.asks_ahead is not None:
-        # A robot that asks ahead gives up what it still holds, however soon its chunk lands.
-        lost = np.maximum(lost, s.asks_ahead[None, :])
-    kept = s.max_execution_horizon[None, :] - lost
+    kept = _kept_actions(s, latency_s)
     # Each robot's chunk must outlast a batch: one batch serves a robot once.
     outlasts = np.all(kept > s.control_hz[None, :] * latency_s, axis=1)
     chunks_per_s = np.sum(s.control_hz[None, :] / np.maximum(kept, 1.0), axis=1)
     return bool(np.any(outlasts & (chunks_per_s <= headroom * sizes / latency_s[:, 0])))
+
+
+def _kept_actions(s: Snapshot, latency_s: np.ndarray | float) -> np.ndarray:
+    """Actions each robot's chunk adds from a batch of ``latency_s`` (a column: one row
+    per batch size): its horizon less the ticks of the batch's round trip and one more,
+    or less what it holds when it asks, whichever is more."""
+    lost = np.ceil(s.control_hz * (latency_s + 2.0 * s.downlink_s)) + 1.0
+    if s.asks_ahead is not None:
+        # A robot that asks ahead gives up what it still holds, however soon its chunk lands.
+        lost = np.maximum(lost, s.asks_ahead)
+    return s.max_execution_horizon - lost
 
 
 @lru_cache(maxsize=_MEMO_SIZE)
