@@ -308,6 +308,35 @@ def test_link_estimates_that_differ_robot_to_robot_make_few_classes() -> None:
     assert np.all(np.abs(represented - 2.0 * snapshot.downlink_s) <= 0.125 * represented + 0.0025)
 
 
+def test_wandering_link_estimates_keep_the_programs_classes_still() -> None:
+    """300 robots of one type whose round-trip estimates wander over 10-90 ms, as a busy
+    live server learns them, are one class of the program whatever each estimate reads;
+    two far robots (about 300 ms) are a class of their own, and a second type its own."""
+    rng = np.random.default_rng(1)
+
+    def classes(round_trip_s: np.ndarray, hz: np.ndarray) -> set[tuple[float, ...]]:
+        snapshot = make_snapshot(
+            [0.5] * round_trip_s.size,
+            downlink_s=(round_trip_s / 2).tolist(),
+            control_hz=hz.tolist(),
+            max_batch_size=4,
+        )
+        steps = fluid_mix.link_steps(fluid_mix._group_round_trips(snapshot))
+        return set(zip(snapshot.control_hz.tolist(), steps.tolist(), strict=True))
+
+    hz = np.array([20.0] * 300 + [20.0] * 2 + [30.0] * 50)
+    seen = set()
+    for _ in range(5):
+        near = rng.uniform(0.01, 0.09, 300)
+        far = rng.uniform(0.28, 0.32, 2)
+        other = rng.uniform(0.01, 0.09, 50)
+        found = classes(np.concatenate([near, far, other]), hz)
+        assert len(found) == 3
+        assert len({c for c in found if c[0] == 20.0}) == 2
+        seen |= found
+    assert len(seen) <= 6  # each group's mean moves a step now and then, no more
+
+
 def test_a_robots_round_trip_share_is_all_while_its_chunk_outlasts_the_round_trip() -> None:
     """60 Hz, 10-action chunks: a 0.34 s round trip holds 20 ticks, so only chunks from
     observations taken once dry count, each played 10 ticks and waited for 20 (a third);

@@ -39,9 +39,11 @@ class FluidSolution:
     actions_per_s: np.ndarray
     """a_i: actions robot i executes per second."""
     chunks_per_s: np.ndarray
-    """r_ib (robots x sizes): chunks robot i gets from batches of size b = column + 1."""
+    """r_ib (robots x sizes): chunks robot i gets from batches of size b = column + 1 (or
+    the column's entry of ``batch_sizes``)."""
     batches_per_s: np.ndarray
-    """n_b (sizes): batches of size b = index + 1 per second."""
+    """n_b (sizes): batches of size b = index + 1 (or the entry of ``batch_sizes``) per
+    second."""
 
 
 def solve_fluid(
@@ -60,6 +62,7 @@ def solve_fluid(
     evenness: float = 0.0,
     num_gpus: float = 1.0,
     asks_ahead: np.ndarray | None = None,
+    batch_sizes: np.ndarray | None = None,
 ) -> FluidSolution:
     """Maximise ``sum w_i a_i - gpu_cost * GPU seconds`` over the fluid constraints.
 
@@ -90,6 +93,9 @@ def solve_fluid(
     holds that many actions (a threshold client), each chunk overlaps them and adds at
     most ``E_i - h_i``, however soon it lands.
 
+    ``batch_sizes``: the sizes ``latency_s`` stands for, when not every size from one
+    up (solution columns follow them).
+
     ``num_gpus`` GPUs pool their seconds (K per second): a relaxation of K GPUs that
     each batch their own robots, since any schedule of theirs is a schedule of the pool.
     """
@@ -101,7 +107,11 @@ def solve_fluid(
     m = np.ones_like(f) if count is None else np.asarray(count, dtype=np.float64)
     latency = np.asarray(latency_s, dtype=np.float64)
     n, sizes = f.size, latency.size
-    b_values = np.arange(1, sizes + 1, dtype=np.float64)
+    b_values = (
+        np.arange(1, sizes + 1, dtype=np.float64)
+        if batch_sizes is None
+        else np.asarray(batch_sizes, dtype=np.float64)
+    )
     num_vars = n + n * sizes + sizes
     even_col = num_vars  # with evenness, t: the least share of its ticks any robot gets
     num_vars += 1 if evenness else 0

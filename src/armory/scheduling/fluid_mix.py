@@ -18,6 +18,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from armory.scheduling.batch_sizes import candidate_sizes
 from armory.scheduling.fluid import FluidSolution, solve_fluid
 from armory.scheduling.snapshot import Snapshot
 
@@ -30,6 +31,11 @@ LINK_STEPS_LINEAR = 8
 """... up to this many steps (40 ms) ..."""
 LINK_STEP_RATIO = 1.25
 """... and beyond it in steps of this ratio (25%)."""
+
+LINK_GAP_S = 0.04
+"""Robots of one type whose round trips differ by more than this ..."""
+LINK_GAP_RATIO = 0.5
+"""... and by more than this share of the shorter form groups of their own."""
 
 KEPT_STEP_RATIO = 1.25
 """What a chunk adds to a robot that asks ahead is taken in steps of this ratio."""
@@ -70,7 +76,7 @@ class FluidMix:
 
 def fluid_mix(s: Snapshot) -> FluidMix:
     """The fluid optimum of ``s``'s robots, latency table and links."""
-    steps = link_steps(2.0 * s.downlink_s)
+    steps = link_steps(_group_round_trips(s))
     keys = np.stack([s.control_hz, s.max_execution_horizon, steps, s.weight], axis=1)
     classes, counts, inverse = _classes(np.round(keys, 6).tobytes())
     table = np.log(s.latency_table_s[1:]) / np.log1p(TABLE_STEP)
@@ -85,6 +91,28 @@ def fluid_mix(s: Snapshot) -> FluidMix:
         share=np.array(share)[inverse],
         held=np.array(held)[inverse],
     )
+
+
+def _group_round_trips(s: Snapshot) -> np.ndarray:
+    """Per robot, the mean round-trip link of its group: robots of one type (rate,
+    horizon, weight) whose round trips, in order, leave no gap wider than
+    ``LINK_GAP_S`` or ``LINK_GAP_RATIO`` of the shorter. A live server's link estimates
+    wander robot by robot; grouped so, a fleet's classes (and the program's memo) hold
+    still while far robots stay apart from near ones."""
+    round_trip_s = 2.0 * s.downlink_s
+    if round_trip_s.size < 2:
+        return round_trip_s
+    order = np.lexsort((round_trip_s, s.weight, s.max_execution_horizon, s.control_hz))
+    ordered = round_trip_s[order]
+    gap = np.diff(ordered) > np.maximum(LINK_GAP_S, LINK_GAP_RATIO * ordered[:-1])
+    for column in (s.control_hz, s.max_execution_horizon, s.weight):
+        gap |= np.diff(column[order]) != 0
+    starts = np.concatenate(([True], gap))
+    group = np.cumsum(starts) - 1
+    mean = np.bincount(group, weights=ordered) / np.bincount(group)
+    grouped = np.empty_like(round_trip_s)
+    grouped[order] = mean[group]
+    return grouped
 
 
 def _kept_steps(
@@ -199,25 +227,29 @@ def _solve(
             # server picks; here it only kept batch sizes that lengthen the round trips
             # the clients then ask ahead by (docs/scheduling.md, "Robots that ask ahead").
             tick_charges = (False,)
+    # The program weighs the batch sizes the scheduler plans with: past 16 a geometric
+    # subset, which keeps it small for a large max batch (a tenth of the time at 64).
+    batch_sizes = candidate_sizes(latency_s.size)
     solutions = [
         solve_fluid(
             control_hz,
             horizon,
             delay_s,
-            latency_s,
+            latency_s[batch_sizes - 1],
             weight=weight,
             count=np.array(counts, dtype=np.float64),
             gpu_cost=GPU_COST,
             expected_ticks=expected,
             evenness=EVENNESS,
             asks_ahead=asks_ahead,
+            batch_sizes=batch_sizes,
         )
         for expected in tick_charges
     ]
     # Sizes: those the optimum uses when each chunk pays the fewest ticks its window
     # can hold, and those it uses when it pays the ticks expected at a random phase
     # (more, so smaller batches can win).
-    sizes = np.union1d(_sizes_used(solutions[0]), _sizes_used(solutions[-1]))
+    sizes = batch_sizes[np.union1d(_used(solutions[0]), _used(solutions[-1]))]
     share = np.clip(solutions[0].actions_per_s / control_hz, 0.0, 1.0)
     held = share < round_trip_share(control_hz, horizon, delay_s + latency_s[0]) - 1e-6
     return tuple(int(b) for b in sizes), tuple(float(x) for x in share), tuple(held.tolist())
@@ -239,7 +271,8 @@ def round_trip_share(
     )
 
 
-def _sizes_used(solution: FluidSolution) -> np.ndarray:
-    """Batch sizes the fluid optimum runs for at least ``MIX_SHARE`` of its batches."""
+def _used(solution: FluidSolution) -> np.ndarray:
+    """Columns of the batch sizes the fluid optimum runs for at least ``MIX_SHARE`` of its
+    batches."""
     batches = solution.batches_per_s
-    return np.flatnonzero(batches > MIX_SHARE * max(batches.sum(), 1e-12)) + 1
+    return np.flatnonzero(batches > MIX_SHARE * max(batches.sum(), 1e-12))

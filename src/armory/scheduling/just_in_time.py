@@ -30,6 +30,7 @@ import functools
 import numpy as np
 
 from armory.scheduling.base import Scheduler
+from armory.scheduling.batch_sizes import candidate_sizes, read_only
 from armory.scheduling.config import SchedulerConfig
 from armory.scheduling.fluid_mix import fluid_mix, surely_fits
 from armory.scheduling.ordering import worth_order
@@ -50,8 +51,6 @@ RULES: dict[str, str] = {
 }
 """Every rule of the decision path, by the name a batch carries (docs/scheduling.md)."""
 
-_DENSE_SIZES = 16
-"""Up to this max batch size every size is a candidate; past it a geometric subset."""
 _NEVER_S = 1e6
 """A wait that stands for never (a robot the fluid optimum does not serve)."""
 _IN_FULL = 1.0 - 1e-3
@@ -63,21 +62,6 @@ _LAYOUTS_KEPT = 16
 def _directed(s: Snapshot) -> np.ndarray:
     """Per robot: it sends when the server says (all False when the snapshot says none)."""
     return np.zeros(s.num_robots, dtype=bool) if s.directed is None else s.directed
-
-
-@functools.lru_cache(maxsize=64)
-def candidate_sizes(max_size: int) -> np.ndarray:
-    """Batch sizes to evaluate: all up to 16, then roughly geometric steps and the max
-    (read-only; the same array for the same ``max_size``)."""
-    if max_size <= _DENSE_SIZES:
-        return _read_only(np.arange(1, max_size + 1))
-    sizes = set(range(1, _DENSE_SIZES + 1))
-    size = _DENSE_SIZES
-    while size < max_size:
-        size = int(size * 1.5)
-        sizes.add(min(size, max_size))
-    sizes.add(max_size)
-    return _read_only(np.array(sorted(sizes)))
 
 
 def _batch_numbers(in_due_order: np.ndarray, max_size: int) -> np.ndarray:
@@ -101,7 +85,7 @@ def _back_to_back(num_robots: int, max_size: int) -> np.ndarray:
     """:func:`_batch_numbers` where the first ``max_size`` robots in due order are all
     eligible: position ``j`` rides batch ``j // size + 1`` (read-only)."""
     sizes = candidate_sizes(max_size)
-    return _read_only(np.arange(num_robots)[None, :] // sizes[:, None] + 1)
+    return read_only(np.arange(num_robots)[None, :] // sizes[:, None] + 1)
 
 
 @functools.lru_cache(maxsize=_LAYOUTS_KEPT)
@@ -109,12 +93,7 @@ def _in_first_batch(num_candidates: int, max_size: int) -> np.ndarray:
     """Per candidate size (rows) and eligible robot in due order (columns): whether it
     rides the first batch of that size (read-only)."""
     sizes = candidate_sizes(max_size)
-    return _read_only(np.arange(num_candidates)[None, :] < sizes[:, None])
-
-
-def _read_only(array: np.ndarray) -> np.ndarray:
-    array.flags.writeable = False
-    return array
+    return read_only(np.arange(num_candidates)[None, :] < sizes[:, None])
 
 
 class JustInTimeScheduler(Scheduler):
