@@ -3,12 +3,14 @@ sizes it uses, and the share of each robot's ticks it serves.
 
 Solving the fluid program (:mod:`armory.scheduling.fluid`) takes milliseconds and a
 scheduler decides many times a second, so :func:`fluid_mix` is memoised. It is a pure
-function of the snapshot: robots alike in rate, horizon, weight and round-trip link
-(in steps of ``LINK_STEP_S`` up to ``LINK_STEP_S * LINK_STEPS_LINEAR``, then in steps of
-``LINK_STEP_RATIO``, so that a live server's link estimates, which differ a little from
-robot to robot, make a few classes and a small program) form one class, and the
-latency table is taken in steps of ``TABLE_STEP`` (relative); the memo is keyed by
-exactly those inputs, so it returns what solving again would.
+function of the snapshot: robots alike in rate, horizon and weight whose round trips
+leave no wide gap form one class at their mean round-trip link (in steps of
+``LINK_STEP_S`` up to ``LINK_STEP_S * LINK_STEPS_LINEAR``, then in steps of
+``LINK_STEP_RATIO``), so that a live server's link estimates, which wander from robot to
+robot, make a few classes and a small program; what robots that ask ahead hold is taken
+per class in steps of ``KEPT_STEP_RATIO``, and the latency table in steps of
+``TABLE_STEP`` (relative). The memo is keyed by exactly those inputs, so it returns what
+solving again would.
 """
 
 from __future__ import annotations
