@@ -217,18 +217,10 @@ def _solve(
     delay_s = link_of_step(keys[:, 2])
     latency_s = np.power(1.0 + TABLE_STEP, np.array(table_steps, dtype=np.float64))
     asks_ahead = None
-    tick_charges = (False, True)
     if kept_steps is not None:
         pairs = zip(kept_steps, horizon, strict=True)
         kept = [e if k is None else KEPT_STEP_RATIO**k for k, e in pairs]
         asks_ahead = np.maximum(horizon - np.array(kept), 0.0)
-        if None not in kept_steps:
-            # Every class asks ahead: each chunk pays what its client holds, which its
-            # round trip falls within while it asks in time. The expected-tick charge (a
-            # round trip started at a random tick phase) is of robots whose moment the
-            # server picks; here it only kept batch sizes that lengthen the round trips
-            # the clients then ask ahead by (docs/scheduling.md, "Robots that ask ahead").
-            tick_charges = (False,)
     # The program weighs the batch sizes the scheduler plans with: past 16 a geometric
     # subset, which keeps it small for a large max batch (a tenth of the time at 64).
     batch_sizes = candidate_sizes(latency_s.size)
@@ -246,12 +238,12 @@ def _solve(
             asks_ahead=asks_ahead,
             batch_sizes=batch_sizes,
         )
-        for expected in tick_charges
+        for expected in (False, True)
     ]
     # Sizes: those the optimum uses when each chunk pays the fewest ticks its window
     # can hold, and those it uses when it pays the ticks expected at a random phase
     # (more, so smaller batches can win).
-    sizes = batch_sizes[np.union1d(_used(solutions[0]), _used(solutions[-1]))]
+    sizes = batch_sizes[np.union1d(*(_used(solution) for solution in solutions))]
     share = np.clip(solutions[0].actions_per_s / control_hz, 0.0, 1.0)
     held = share < round_trip_share(control_hz, horizon, delay_s + latency_s[0]) - 1e-6
     return tuple(int(b) for b in sizes), tuple(float(x) for x in share), tuple(held.tolist())
