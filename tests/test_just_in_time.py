@@ -465,23 +465,42 @@ def _group(count: int, hz: float, horizons: tuple[int, int], link: DelaySpec) ->
     )
 
 
+def _threshold_fleet(
+    name: str,
+    groups: tuple[RobotGroup, ...],
+    *,
+    max_batch_size: int,
+    latency_points: dict[int, float],
+    latency_jitter: float,
+) -> FleetSpec:
+    """A fleet of threshold clients on a profile through ``latency_points``, whose action
+    horizon is its longest chunk."""
+    return FleetSpec(
+        name=name,
+        robots=groups,
+        action_horizon=max(g.max_execution_horizon for g in groups),
+        max_batch_size=max_batch_size,
+        latency_profile="linear",
+        latency_points=latency_points,
+        latency_jitter=latency_jitter,
+        request_mode="threshold",
+    )
+
+
 def test_slow_robots_with_short_chunks_do_not_take_the_gpu_from_the_rest() -> None:
     """The fleet of the case above over 20 s of threshold requests (test fleet 1142 of
     the mixed family): served in due order it starved 46.5% of its ticks, max-batch 36%."""
 
-    fleet = FleetSpec(
-        name="slow-beside-fast",
-        robots=(
+    fleet = _threshold_fleet(
+        "slow-beside-fast",
+        (
             _group(6, 25.0, (6, 14), DelaySpec(0.0643, 0.0179)),
             _group(3, 5.0, (1, 2), DelaySpec(0.0031, 0.0016)),
             _group(2, 20.0, (8, 14), DelaySpec(0.0023, 0.0005)),
         ),
-        action_horizon=14,
         max_batch_size=32,
-        latency_profile="linear",
         latency_points={1: 0.05353, 2: 0.10324, 3: 0.14912, 4: 0.19118},
         latency_jitter=0.031,
-        request_mode="threshold",
     )
     config = SimConfig(duration_s=20.0, seed=1142)
     ours = simulate(fleet, JustInTimeScheduler(), config).system.starvation
@@ -517,20 +536,17 @@ def test_threshold_robots_are_not_served_into_a_spiral() -> None:
     turn, starved 1.7%. Charged what its clients hold when they ask, the fleet is over
     capacity by the fluid program, and served as such."""
 
-    fleet = FleetSpec(
-        name="threshold-spiral",
-        robots=(
+    fleet = _threshold_fleet(
+        "threshold-spiral",
+        (
             _group(11, 5.0, (1, 2), DelaySpec(0.0022, 0.002)),
             _group(17, 10.0, (3, 7), DelaySpec(0.0018, 0.001)),
             _group(34, 15.0, (2, 11), DelaySpec(0.0292, 0.0075)),
             _group(15, 30.0, (11, 30), DelaySpec(0.019, 0.0004)),
         ),
-        action_horizon=30,
         max_batch_size=16,
-        latency_profile="linear",
         latency_points={1: 0.07826, 2: 0.07925},
         latency_jitter=0.087,
-        request_mode="threshold",
     )
     config = SimConfig(duration_s=10.0, seed=1140)
     ours = simulate(fleet, JustInTimeScheduler(), config).system.starvation

@@ -86,7 +86,7 @@ def fluid_mix(s: Snapshot) -> FluidMix:
         classes,
         counts,
         tuple(np.round(table).astype(np.int64).tolist()),
-        _kept_steps(s.asks_ahead, np.array([c[1] for c in classes]), inverse),
+        _kept_steps(s.asks_ahead, np.array([c[1] for c in classes]), counts, inverse),
     )
     return FluidMix(
         sizes=np.array(sizes, dtype=np.int64),
@@ -118,7 +118,10 @@ def _group_round_trips(s: Snapshot) -> np.ndarray:
 
 
 def _kept_steps(
-    asks_ahead: np.ndarray | None, horizon: np.ndarray, inverse: np.ndarray
+    asks_ahead: np.ndarray | None,
+    horizon: np.ndarray,
+    counts: tuple[int, ...],
+    inverse: np.ndarray,
 ) -> tuple[int | None, ...] | None:
     """Per class: the actions a chunk adds past what its robots hold on average when they
     ask (``E - h``, at least one), in steps of ``KEPT_STEP_RATIO``, or None for a class
@@ -126,7 +129,7 @@ def _kept_steps(
     alike, and coarse steps keep the memo's keys few."""
     if asks_ahead is None or not asks_ahead.any():
         return None
-    held = np.bincount(inverse, weights=asks_ahead) / np.bincount(inverse)
+    held = np.bincount(inverse, weights=asks_ahead, minlength=len(counts)) / np.array(counts)
     kept = np.maximum(horizon - held, 1.0)
     steps = np.round(np.log(kept) / np.log(KEPT_STEP_RATIO)).astype(np.int64)
     asks = KEPT_STEP_RATIO**steps < horizon
