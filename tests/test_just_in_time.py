@@ -174,9 +174,9 @@ def test_over_capacity_equal_robots_fill_the_batch_size_the_optimum_uses() -> No
 def test_the_fluid_optimum_is_a_pure_memo_of_the_snapshot(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The optimum is solved once per fleet composition, latency table (in 0.5% steps) and
-    links (in 5 ms steps of round trip), and a decision never depends on what the
-    scheduler saw before: a fresh scheduler decides the same."""
+    """The optimum is solved once per fleet composition, latencies of the sizes it weighs
+    (in 0.5% steps) and links (in 5 ms steps of round trip), and a decision never depends
+    on what the scheduler saw before: a fresh scheduler decides the same."""
     fluid_mix._solve.cache_clear()
     solves = []
     solve = fluid_mix.solve_fluid
@@ -208,6 +208,18 @@ def test_the_fluid_optimum_is_a_pure_memo_of_the_snapshot(
     )
     rates = solves[-1][0]
     assert len(rates) == 2  # weight 1 and weight 5
+    # With a max batch of 64 the program weighs 20 sizes, and a learned latency that
+    # moves at any other size (45 here) solves nothing again.
+    wide = LatencyProfile.from_preset("l40s-pi05").table(64)
+    scheduler.schedule(overloaded(weights, latency_table_s=wide, max_batch_size=64))
+    solved = len(solves)
+    moved = wide.copy()
+    moved[45] *= 1.05
+    scheduler.schedule(overloaded(weights, latency_table_s=moved, max_batch_size=64))
+    assert len(solves) == solved
+    moved[54] *= 1.05
+    scheduler.schedule(overloaded(weights, latency_table_s=moved, max_batch_size=64))
+    assert len(solves) == solved + 1
 
 
 def test_candidate_sizes_are_dense_to_16_then_geometric_to_the_max() -> None:

@@ -8,7 +8,8 @@ leave no wide gap form one class at their mean round-trip link (in steps of
 ``LINK_STEP_S`` up to ``LINK_STEP_S * LINK_STEPS_LINEAR``, then in steps of
 ``LINK_STEP_RATIO``), so that a live server's link estimates, which wander from robot to
 robot, make a few classes and a small program; what robots that ask ahead hold is taken
-per class in steps of ``KEPT_STEP_RATIO``, and the latency table in steps of
+per class in steps of ``KEPT_STEP_RATIO``, and the latencies of the batch sizes the
+program weighs (:func:`~armory.scheduling.batch_sizes.candidate_sizes`) in steps of
 ``TABLE_STEP`` (relative). The memo is keyed by exactly those inputs, so it returns what
 solving again would.
 """
@@ -81,10 +82,15 @@ def fluid_mix(s: Snapshot) -> FluidMix:
     steps = link_steps(_group_round_trips(s))
     keys = np.stack([s.control_hz, s.max_execution_horizon, steps, s.weight], axis=1)
     classes, counts, inverse = _classes(np.round(keys, 6).tobytes())
-    table = np.log(s.latency_table_s[1:]) / np.log1p(TABLE_STEP)
+    # The program weighs the batch sizes the scheduler plans with: past 16 a geometric
+    # subset, which keeps it small for a large max batch (a tenth of the time at 64), and
+    # keys the memo by their latencies only.
+    batch_sizes = candidate_sizes(s.latency_table_s.size - 1)
+    table = np.log(s.latency_table_s[batch_sizes]) / np.log1p(TABLE_STEP)
     sizes, share, held = _solve(
         classes,
         counts,
+        tuple(batch_sizes.tolist()),
         tuple(np.round(table).astype(np.int64).tolist()),
         _kept_steps(s.asks_ahead, np.array([c[1] for c in classes]), counts, inverse),
     )
@@ -212,9 +218,13 @@ def _classes(
 def _solve(
     classes: tuple[tuple[float, ...], ...],
     counts: tuple[int, ...],
+    sizes: tuple[int, ...],
     table_steps: tuple[int, ...],
     kept_steps: tuple[int | None, ...] | None,
 ) -> tuple[tuple[int, ...], tuple[float, ...], tuple[bool, ...]]:
+    """The fluid optimum of robot classes (rows of rate, horizon, link step, weight) and
+    ``counts`` robots each, batches of ``sizes`` taking ``table_steps`` (latencies in
+    steps of ``TABLE_STEP``); returns the sizes it uses and each class's share and held."""
     keys = np.array(classes, dtype=np.float64)
     control_hz, horizon, weight = keys[:, 0], keys[:, 1], keys[:, 3]
     delay_s = link_of_step(keys[:, 2])
@@ -224,15 +234,13 @@ def _solve(
         pairs = zip(kept_steps, horizon, strict=True)
         kept = [e if k is None else KEPT_STEP_RATIO**k for k, e in pairs]
         asks_ahead = np.maximum(horizon - np.array(kept), 0.0)
-    # The program weighs the batch sizes the scheduler plans with: past 16 a geometric
-    # subset, which keeps it small for a large max batch (a tenth of the time at 64).
-    batch_sizes = candidate_sizes(latency_s.size)
+    batch_sizes = np.array(sizes, dtype=np.int64)
     solutions = [
         solve_fluid(
             control_hz,
             horizon,
             delay_s,
-            latency_s[batch_sizes - 1],
+            latency_s,
             weight=weight,
             count=np.array(counts, dtype=np.float64),
             gpu_cost=GPU_COST,
@@ -246,10 +254,11 @@ def _solve(
     # Sizes: those the optimum uses when each chunk pays the fewest ticks its window
     # can hold, and those it uses when it pays the ticks expected at a random phase
     # (more, so smaller batches can win).
-    sizes = batch_sizes[np.union1d(*(_used(solution) for solution in solutions))]
+    used = batch_sizes[np.union1d(*(_used(solution) for solution in solutions))]
     share = np.clip(solutions[0].actions_per_s / control_hz, 0.0, 1.0)
+    # latency_s[0] is a batch of one (every candidate list starts there).
     held = share < round_trip_share(control_hz, horizon, delay_s + latency_s[0]) - 1e-6
-    return tuple(int(b) for b in sizes), tuple(float(x) for x in share), tuple(held.tolist())
+    return tuple(int(b) for b in used), tuple(float(x) for x in share), tuple(held.tolist())
 
 
 def round_trip_share(
