@@ -114,6 +114,7 @@ def main() -> None:
     )
     print(f"samples with the loop busy > 5 s: {num_stalled_samples} of {len(samples)}")
     print(f"mean decision ms:                {stats.decision_ms_mean:.2f}")
+    print(f"mean decision CPU ms:            {stats.decision_cpu_ms_mean:.2f}")
     print(f"scheduler faults:                {stats.num_scheduler_faults}")
     print(f"client processes failed:         {failed}")
     print(f"client request errors:           {client_errors:.0f}")

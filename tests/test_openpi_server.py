@@ -46,6 +46,7 @@ from armory.cli import main
 from armory.policies.base import conform_observation
 from armory.scheduling.registry import make_scheduler
 from armory.serve import ArmoryServer, ServerThread
+from armory.server_stats import StatsReading
 
 TESTS_DIR = Path(__file__).resolve().parent
 
@@ -221,6 +222,7 @@ def test_stats_time_each_request_s_own_steps_within_its_server_time() -> None:
         for step in range(5):
             client.infer(make_obs(1, step))
         stats = server.stats()
+        reading = StatsReading.from_json(json.loads(http_get(server.port, "/stats")[1]))
     assert stats.num_replies == 5
     assert stats.steps_ms_p50 is not None and stats.steps_ms_p99 is not None
     assert stats.overhead_ms_p50 is not None
@@ -228,6 +230,10 @@ def test_stats_time_each_request_s_own_steps_within_its_server_time() -> None:
     # Per request the steps are a part of the server-added time, so are the medians
     # (a little slack for the two clocks involved).
     assert stats.steps_ms_p50 <= stats.overhead_ms_p50 + 0.05
+    # Decisions in wall time and in the deciding thread's processor time, which a thread
+    # can spend only while the wall clock runs.
+    assert 0.0 < stats.decision_cpu_ms_mean <= stats.decision_ms_mean + 0.05
+    assert reading.decision_cpu_ms_mean == stats.decision_cpu_ms_mean
 
 
 # ---- bad inputs, each beside a well-behaved robot -----------------------------

@@ -4,6 +4,7 @@ cluster's replicas combined into one reading."""
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 
 import pytest
@@ -50,6 +51,7 @@ def test_replicas_combine_into_one_reading() -> None:
         overhead_ms_p50=1.0,
         overhead_ms_p99=4.0,
         decision_ms_mean=0.2,
+        decision_cpu_ms_mean=0.1,
         num_errors=1,
         latency_points_s={1: 0.05, 2: 0.06},
         decisions_by_rule={"on-time": 4},
@@ -60,6 +62,7 @@ def test_replicas_combine_into_one_reading() -> None:
         overhead_ms_p50=2.0,
         overhead_ms_p99=None,
         decision_ms_mean=0.5,
+        decision_cpu_ms_mean=0.3,
         num_errors=0,
         latency_points_s={1: 0.07},
         decisions_by_rule={"on-time": 2, "wait": 5},
@@ -69,5 +72,9 @@ def test_replicas_combine_into_one_reading() -> None:
     assert both.busy_s == pytest.approx(3.0)
     assert both.latency_points_s == pytest.approx({1: 0.06, 2: 0.06})
     assert both.decision_ms_mean == pytest.approx((0.2 * 4 + 0.5 * 4) / 8)
+    assert both.decision_cpu_ms_mean == pytest.approx((0.1 * 4 + 0.3 * 4) / 8)
+    # A replica that does not report processor time leaves the combined one unknown.
+    old = dataclasses.replace(two, decision_cpu_ms_mean=None)
+    assert combined([one, old]).decision_cpu_ms_mean is None
     assert (both.overhead_ms_p50, both.overhead_ms_p99) == (2.0, 4.0)
     assert both.decisions_by_rule == {"on-time": 6, "wait": 5} and both.num_errors == 1

@@ -43,6 +43,9 @@ class StatsReading:
     decision_ms_mean: float
     """Mean time of one scheduling decision since the server started."""
     num_errors: int
+    decision_cpu_ms_mean: float | None = None
+    """The same in processor time of the server's deciding thread (None from a server
+    that does not report it)."""
     """Requests the server answered with an error."""
     steps_ms_p50: float | None = None
     """The requests' own steps (decode, validate, schedule, encode) over recent requests
@@ -65,6 +68,7 @@ class StatsReading:
             steps_ms_p50=data.get("steps_ms_p50"),
             steps_ms_p99=data.get("steps_ms_p99"),
             decision_ms_mean=float(data.get("decision_ms_mean", 0.0)),
+            decision_cpu_ms_mean=_optional_float(data.get("decision_cpu_ms_mean")),
             num_errors=int(data.get("num_errors", 0)),
             latency_points_s={
                 int(b): float(s) for b, s in (data.get("latency_points_s") or {}).items()
@@ -101,12 +105,13 @@ def stats_url(ws_uri: str) -> str:
 def combined(readings: list[StatsReading]) -> StatsReading:
     """One reading of several servers (a cluster's replicas): passes, decisions and errors
     summed; busy seconds and the learned latency per batch size their mean (per GPU);
-    decision time the mean weighted by passes; server-added and step times the highest
-    replica's."""
+    decision times (wall and processor) the means weighted by passes; server-added and
+    step times the highest replica's."""
     passes = [sum(r.batch_size_counts.values()) for r in readings]
     sizes = {b for r in readings for b in r.batch_size_counts}
     rules = {rule for r in readings for rule in r.decisions_by_rule}
     points = {b for r in readings for b in r.latency_points_s}
+    cpu_ms = [r.decision_cpu_ms_mean for r in readings if r.decision_cpu_ms_mean is not None]
 
     def highest(values: list[float | None]) -> float | None:
         known = [v for v in values if v is not None]
@@ -119,9 +124,9 @@ def combined(readings: list[StatsReading]) -> StatsReading:
         overhead_ms_p99=highest([r.overhead_ms_p99 for r in readings]),
         steps_ms_p50=highest([r.steps_ms_p50 for r in readings]),
         steps_ms_p99=highest([r.steps_ms_p99 for r in readings]),
-        decision_ms_mean=(
-            sum(r.decision_ms_mean * n for r, n in zip(readings, passes, strict=True))
-            / max(sum(passes), 1)
+        decision_ms_mean=_weighted_mean([r.decision_ms_mean for r in readings], passes),
+        decision_cpu_ms_mean=(
+            _weighted_mean(cpu_ms, passes) if len(cpu_ms) == len(readings) else None
         ),
         num_errors=sum(r.num_errors for r in readings),
         latency_points_s={
@@ -203,3 +208,11 @@ def batches_since_now(ws_uri: str, api_key: str | None) -> Callable[[], int] | N
         return last
 
     return num_batches
+
+
+def _weighted_mean(values: list[float], weights: list[int]) -> float:
+    return sum(v * n for v, n in zip(values, weights, strict=True)) / max(sum(weights), 1)
+
+
+def _optional_float(value: object) -> float | None:
+    return None if value is None else float(value)  # type: ignore[arg-type]

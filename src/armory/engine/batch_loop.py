@@ -110,6 +110,8 @@ class LoopStats:
     """Calls to ``scheduler.schedule`` (empty batches included)."""
     decision_s: float
     """Seconds spent in those calls (snapshot and check included)."""
+    decision_cpu_s: float
+    """Processor seconds of the event loop's thread in those calls."""
     num_taken_back: int
     """Batches decided ahead and taken back because the batch before them overran."""
     num_scheduler_faults: int = 0
@@ -405,6 +407,7 @@ class BatchLoop:
             busy_s=c.busy_s,
             num_decisions=d.num_decisions,
             decision_s=d.decision_s,
+            decision_cpu_s=d.decision_cpu_s,
             num_taken_back=c.num_taken_back,
             num_scheduler_faults=d.num_scheduler_faults,
             decisions_by_rule=dict(d.decisions_by_rule),

@@ -468,6 +468,8 @@ def _timing(
         timing["mean_round_trip_ms"] = 1e3 * float(np.mean(trips))
     if stats is not None:
         timing["server_decision_ms_mean"] = stats.decision_ms_mean
+        if stats.decision_cpu_ms_mean is not None:
+            timing["server_decision_cpu_ms_mean"] = stats.decision_cpu_ms_mean
         if stats.overhead_ms_p50 is not None and stats.overhead_ms_p99 is not None:
             timing["server_overhead_ms_p50"] = float(stats.overhead_ms_p50)
             timing["server_overhead_ms_p99"] = float(stats.overhead_ms_p99)

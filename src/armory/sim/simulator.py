@@ -77,7 +77,6 @@ class Simulator:
             max_batch_size=fleet.max_batch_size,
             check_invariants=config.check_invariants,
             isolate_faults=False,  # a scheduler that fails here is a bug to see
-            time_cpu=True,  # the report shows the decisions' processor time
         )
         """The server's decision, as the real-time batch loop takes it."""
         self.mirror = self.step.mirror
