@@ -43,10 +43,10 @@ class StatsReading:
     decision_ms_mean: float
     """Mean time of one scheduling decision since the server started."""
     num_errors: int
-    decision_cpu_ms_mean: float | None = None
-    """The same in processor time of the server's deciding thread (None from a server
-    that does not report it)."""
     """Requests the server answered with an error."""
+    decision_cpu_ms_mean: float | None = None
+    """The mean decision in processor time of the server's deciding thread (None from
+    a server that does not report it)."""
     steps_ms_p50: float | None = None
     """The requests' own steps (decode, validate, schedule, encode) over recent requests
     (median)."""
@@ -214,5 +214,5 @@ def _weighted_mean(values: list[float], weights: list[int]) -> float:
     return sum(v * n for v, n in zip(values, weights, strict=True)) / max(sum(weights), 1)
 
 
-def _optional_float(value: object) -> float | None:
-    return None if value is None else float(value)  # type: ignore[arg-type]
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)
