@@ -73,6 +73,7 @@ def _run(job: tuple[str, int, str, float, str | None, tuple[str, ...], float | N
         "obs_per_chunk": sent / chunks if chunks else float("inf"),
         "mean_age_s": report.system.mean_age_s,
         "mean_decision_us": report.timing.get("mean_decision_us", 0.0),
+        "mean_decision_cpu_us": report.timing.get("mean_decision_cpu_us", 0.0),
     }
 
 
@@ -185,7 +186,8 @@ def main() -> None:
         bound, zero_required = bounds[s]
         res = {n: cache[key(s, n, None)] for n in names}
         ours = res[OURS]
-        decision_us.append((fleet.num_robots, ours["mean_decision_us"]))
+        cpu_us = ours.get("mean_decision_cpu_us", 0.0)  # absent from older caches
+        decision_us.append((fleet.num_robots, ours["mean_decision_us"], cpu_us))
         others = [n for n in names if n != OURS]
         best_starv = min(res[n]["starvation"] for n in others)
         ratio = _ratio(res)
@@ -275,7 +277,8 @@ def main() -> None:
         if sel.any():
             print(
                 f"mean decision, {lo}-{hi} robots: {sizes[sel, 1].mean():.0f} us "
-                f"(max {sizes[sel, 1].max():.0f} us)"
+                f"(max {sizes[sel, 1].max():.0f} us), processor time "
+                f"{sizes[sel, 2].mean():.0f} us"
             )
     if args.json:
         args.json.write_text(
