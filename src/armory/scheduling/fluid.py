@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy import sparse
-from scipy.optimize import linprog
+from scipy.optimize import Bounds, LinearConstraint, milp
 
 
 @dataclass(frozen=True)
@@ -193,7 +193,13 @@ def solve_fluid(
     if evenness:
         cost[even_col] = -evenness * float(w @ (m * f))
         bounds[even_col, 1] = 1.0
-    result = linprog(cost, A_ub=a_ub, b_ub=np.concatenate(rhs), bounds=bounds, method="highs")
+    # HiGHS through milp (no integer variables: a linear program): the same solver and
+    # solution as linprog's "highs", with less of scipy's set-up around it.
+    result = milp(
+        cost,
+        constraints=LinearConstraint(a_ub, -np.inf, np.concatenate(rhs)),
+        bounds=Bounds(bounds[:, 0], bounds[:, 1]),
+    )
     if not result.success:
         raise RuntimeError(f"fluid LP failed: {result.message}")
     x = result.x
