@@ -46,6 +46,23 @@ def test_a_robot_with_time_to_spare_waits_for_its_latest_start() -> None:
     assert batch.wait_until_s == pytest.approx(0.995 - 0.070 - MARGIN_S)
 
 
+def test_directed_robots_are_not_held_for_their_latest_start() -> None:
+    """With time to spare, robots that stream are held for the plan's latest start (their
+    next observations are fresher); directed robots are served at once, since theirs came
+    when the server asked and grow no fresher. One streaming robot beside them keeps the
+    wait; so does a fleet whose rule is on, and one robot alone decides alike."""
+    scheduler = JustInTimeScheduler(disabled_rules=WITHOUT_FLUID_SHARE)
+    streaming = make_snapshot([1.0, 1.2])
+    assert scheduler.schedule(streaming).rule == "wait"
+    directed = dataclasses.replace(streaming, directed=np.array([True, True]))
+    batch = scheduler.schedule(directed)
+    assert batch.robot_ids and batch.rule == "on-time" and batch.wait_until_s is None
+    mixed = dataclasses.replace(streaming, directed=np.array([True, False]))
+    assert scheduler.schedule(mixed).rule == "wait"
+    alone = dataclasses.replace(make_snapshot([1.0]), directed=np.array([True]))
+    assert scheduler.schedule(alone).robot_ids == (0,)
+
+
 def test_a_robot_that_cannot_wait_is_served_at_once() -> None:
     batch = JustInTimeScheduler(disabled_rules=WITHOUT_FLUID_SHARE).schedule(
         make_snapshot([0.08, 2.0])
@@ -112,6 +129,7 @@ def test_the_plan_fills_its_first_batch_with_eligible_robots_and_the_rest_in_due
     latency_s=st.floats(1e-4, 0.5),
     max_batch_size=st.integers(1, 4),
     wait=st.booleans(),
+    directed=st.booleans(),
 )
 def test_one_robot_is_decided_in_scalars_as_the_plan_decides_it(
     now_s: float,
@@ -122,6 +140,7 @@ def test_one_robot_is_decided_in_scalars_as_the_plan_decides_it(
     latency_s: float,
     max_batch_size: int,
     wait: bool,
+    directed: bool,
 ) -> None:
     """A fleet of one robot takes a shortcut; it decides what the whole plan decides:
     the same batch or the same wait, and the same rule."""
@@ -134,6 +153,7 @@ def test_one_robot_is_decided_in_scalars_as_the_plan_decides_it(
         max_batch_size=max_batch_size,
         latency_table_s=[0.0, *(latency_s * (1 + 0.5 * b) for b in range(max_batch_size))],
     )
+    snapshot = dataclasses.replace(snapshot, directed=np.array([directed]))
     scheduler = JustInTimeScheduler(disabled_rules=() if wait else ("wait",))
     assert scheduler.schedule(snapshot) == scheduler._rule(snapshot, None)
 

@@ -8,7 +8,8 @@ back-to-back batches, the first of them holding only robots whose observations a
 and weighs how late each chunk would finish by what its robot loses per second. The
 least late size, then the one whose first batch buys the most motion per GPU second,
 is chosen; it starts at once, or at its latest start when that keeps everyone on time,
-so that chunks come from fresh observations and the GPU stays free for others.
+so that chunks come from fresh observations and the GPU stays free for others (not
+where every robot is directed: their observations come when the server asked).
 
 Over capacity, as the weighted fluid optimum (:mod:`armory.scheduling.fluid_mix`)
 says: with every robot streaming (``fluid-share``), each robot's due time moves by
@@ -43,7 +44,8 @@ RULES: dict[str, str] = {
     "on-time": "the first batch of the back-to-back plan (earliest due first, overdue "
     "robots by weight x rate) of the size that leaves the fleet least late and buys the "
     "most motion per GPU second",
-    "wait": "every chunk of the best plan is on time: wait for the plan's latest start",
+    "wait": "every chunk of the best plan is on time: wait for the plan's latest start "
+    "(unless every robot is directed)",
     "fluid-share": "over capacity, every robot streaming: each robot's due time moved by "
     "the dry wait that serves it the share of ticks the fluid optimum serves",
     "overload": "over capacity: robots by the weighted actions a chunk adds, at a batch "
@@ -149,7 +151,7 @@ class JustInTimeScheduler(Scheduler):
         tardiness = round(max(s.now_s + latency_s + margin - due, 0.0) * (weight * hz), 9)
         if tardiness > 0.0 and tardiness > self.overload_actions * weight:
             return self._rule(s, None)
-        if tardiness == 0.0 and self._on("wait") and due - latency_s - margin > s.now_s:
+        if tardiness == 0.0 and self._waits(s) and due - latency_s - margin > s.now_s:
             return Batch((), wait_until_s=due - latency_s - margin, rule="wait")
         return Batch((int(s.robot_id[0]),), rule=BASE_RULE)
 
@@ -161,6 +163,12 @@ class JustInTimeScheduler(Scheduler):
     def _on(self, rule: str) -> bool:
         """Whether ``rule`` may decide (rules are turned off only to measure them)."""
         return rule not in self.disabled_rules
+
+    def _waits(self, s: Snapshot) -> bool:
+        """Whether ``wait`` may hold the GPU for a plan's latest start: not where every
+        robot is directed, since a directed robot's observation arrives when the server
+        asked for it (a lead before its queue runs dry) and grows no fresher by waiting."""
+        return self._on("wait") and not _directed(s).all()
 
     def _rule(self, s: Snapshot, gap_s: np.ndarray | None) -> Batch:
         """The batch of the plan over robots in due order; with ``gap_s`` (fluid-share)
@@ -216,7 +224,7 @@ class JustInTimeScheduler(Scheduler):
         else:
             best = self._most_motion(s, candidates, value_per_s[in_due_order], tardiness, max_size)
         # It waits for its latest start only if that makes nobody late.
-        if tardiness[best] == 0.0 and self._on("wait"):
+        if tardiness[best] == 0.0 and self._waits(s):
             latest_start_s = float((due - finish_s[best]).min() - margin)
             if latest_start_s > now:
                 return Batch((), wait_until_s=latest_start_s, rule="wait")
