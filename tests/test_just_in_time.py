@@ -50,7 +50,7 @@ def test_directed_robots_are_not_held_for_their_latest_start() -> None:
     """With time to spare, robots that stream are held for the plan's latest start (their
     next observations are fresher); directed robots are served at once, since theirs came
     when the server asked and grow no fresher. One streaming robot beside them keeps the
-    wait; so does a fleet whose rule is on, and one robot alone decides alike."""
+    wait; a lone directed robot is served at once too."""
     scheduler = JustInTimeScheduler(disabled_rules=WITHOUT_FLUID_SHARE)
     streaming = make_snapshot([1.0, 1.2])
     assert scheduler.schedule(streaming).rule == "wait"
