@@ -186,8 +186,9 @@ def main() -> None:
         bound, zero_required = bounds[s]
         res = {n: cache[key(s, n, None)] for n in names}
         ours = res[OURS]
-        cpu_us = ours.get("mean_decision_cpu_us", 0.0)  # absent from older caches
-        decision_us.append((fleet.num_robots, ours["mean_decision_us"], cpu_us))
+        decision_us.append(
+            (fleet.num_robots, ours["mean_decision_us"], ours["mean_decision_cpu_us"])
+        )
         others = [n for n in names if n != OURS]
         best_starv = min(res[n]["starvation"] for n in others)
         ratio = _ratio(res)

@@ -68,7 +68,7 @@ class StatsReading:
             steps_ms_p50=data.get("steps_ms_p50"),
             steps_ms_p99=data.get("steps_ms_p99"),
             decision_ms_mean=float(data.get("decision_ms_mean", 0.0)),
-            decision_cpu_ms_mean=_optional_float(data.get("decision_cpu_ms_mean")),
+            decision_cpu_ms_mean=data.get("decision_cpu_ms_mean"),
             num_errors=int(data.get("num_errors", 0)),
             latency_points_s={
                 int(b): float(s) for b, s in (data.get("latency_points_s") or {}).items()
@@ -212,7 +212,3 @@ def batches_since_now(ws_uri: str, api_key: str | None) -> Callable[[], int] | N
 
 def _weighted_mean(values: list[float], weights: list[int]) -> float:
     return sum(v * n for v, n in zip(values, weights, strict=True)) / max(sum(weights), 1)
-
-
-def _optional_float(value: Any) -> float | None:
-    return None if value is None else float(value)
