@@ -143,7 +143,9 @@ class Simulate:
     max_robot_rows: int = 40
     """Print at most this many robots (the JSON report holds all)."""
     explain: bool = False
-    """Also print how often each of the scheduler's rules decided, and what each does."""
+    """Also print how often each of the scheduler's rules decided, what each does, and what
+    each changed against the base rule alone on the same snapshots (the base rule is then
+    asked on every snapshot too: twice the scheduler's work)."""
     gpus: int = 1
     """GPUs, each its own server (mirror, scheduler, decision step); robots are placed
     across them by --placement (docs/scale-out.md)."""
@@ -165,6 +167,7 @@ class Simulate:
             duration_s=self.duration_s,
             seed=self.seed,
             charge_decision_time=self.charge_decision_time,
+            explain=self.explain,
         )
         if self.gpus > 1:
             with _usage_errors():
@@ -500,7 +503,8 @@ class Fleet:
     max_robot_rows: int = 40
     """Print at most this many robots (the JSON report holds all)."""
     explain: bool = False
-    """Also print how often each of the scheduler's rules decided, and what each does."""
+    """Also print how often each of the scheduler's rules decided and what each does; and,
+    from a server started with --server.explain-rules, what each changed."""
     plot: Annotated[Path | None, tyro.conf.arg(metavar="DIR")] = None
     """Also write PNGs here: each robot's queue depth over the run (queue_depth.png) and the
     server's batch sizes (batch_sizes.png)."""
@@ -557,7 +561,10 @@ class Fleet:
             raise UsageError(str(exc)) from exc
         _print_report(report, self.max_robot_rows, self.json_path)
         if self.explain:
-            print("\n" + format_rules(report, rule_descriptions(report.scheduler)))
+            descriptions = rule_descriptions(report.scheduler)
+            print("\n" + format_rules(report, descriptions))
+            if len(descriptions) > 1 and not report.rule_changes:
+                print("(what each rule changed: start the server with --server.explain-rules)")
         if trace is not None and self.plot is not None:
             for path in plot_fleet(trace, report.system.batch_size_histogram, self.plot):
                 print(f"wrote {path}")

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from armory.engine.rule_changes import RuleChanges
+
 if TYPE_CHECKING:
     from armory.fleet_spec import FleetSpec, RobotSpec
 
@@ -108,6 +110,9 @@ class SimReport:
     """``virtual`` (the simulator) or ``wall`` (real robots over real sockets)."""
     decisions_by_rule: dict[str, int] = field(default_factory=dict)
     """Scheduler decisions by the rule that made them (``Batch.rule``; waits included)."""
+    rule_changes: dict[str, RuleChanges] = field(default_factory=dict)
+    """Per rule, its decisions against the base rule's on the same snapshots (explained
+    runs only: ``--explain``)."""
 
 
 @dataclass(frozen=True)
@@ -199,6 +204,7 @@ def make_report(
     timing: Mapping[str, float] | None = None,
     clock: str = "virtual",
     decisions_by_rule: Mapping[str, int] | None = None,
+    rule_changes: Mapping[str, RuleChanges] | None = None,
 ) -> SimReport:
     """The report of a run: per-robot metrics from the tallies, fleet metrics from the
     tallies and the server's forward passes (``batch_size_counts``: passes per size)."""
@@ -236,4 +242,5 @@ def make_report(
         timing=dict(timing or {}),
         clock=clock,
         decisions_by_rule=dict(sorted((decisions_by_rule or {}).items(), key=lambda kv: -kv[1])),
+        rule_changes=dict(rule_changes or {}),
     )

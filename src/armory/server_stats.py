@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
 
+from armory.engine.rule_changes import RuleChanges, changes_since, summed
+
 _TIMEOUT_S = 3.0
 MAX_STATS_BYTES = 1 << 20
 """Largest ``/stats`` answer read (bytes)."""
@@ -57,6 +59,9 @@ class StatsReading:
     """Scheduling decisions by the rule that made them, since the server started."""
     num_replicas: int = 1
     """Servers (a cluster's replicas, each its own GPU) the reading covers."""
+    rule_changes: dict[str, RuleChanges] = field(default_factory=dict)
+    """Per rule, what it changed against the scheduler's base rule alone, since the
+    server started (empty unless the server explains its rules)."""
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StatsReading:
@@ -76,6 +81,10 @@ class StatsReading:
             decisions_by_rule={
                 str(r): int(n) for r, n in (data.get("decisions_by_rule") or {}).items()
             },
+            rule_changes={
+                str(r): RuleChanges.from_json(c)
+                for r, c in (data.get("rule_changes") or {}).items()
+            },
         )
 
     def rules_since(self, earlier: StatsReading | None) -> dict[str, int]:
@@ -83,6 +92,10 @@ class StatsReading:
         before = {} if earlier is None else earlier.decisions_by_rule
         counts = {r: n - before.get(r, 0) for r, n in self.decisions_by_rule.items()}
         return {r: n for r, n in counts.items() if n > 0}
+
+    def rule_changes_since(self, earlier: StatsReading | None) -> dict[str, RuleChanges]:
+        """What each rule changed between ``earlier`` and this reading."""
+        return changes_since(self.rule_changes, {} if earlier is None else earlier.rule_changes)
 
     def since(self, earlier: StatsReading | None) -> tuple[dict[int, int], float]:
         """Batch counts and busy seconds between ``earlier`` and this reading."""
@@ -138,6 +151,7 @@ def combined(readings: list[StatsReading]) -> StatsReading:
             rule: sum(r.decisions_by_rule.get(rule, 0) for r in readings) for rule in rules
         },
         num_replicas=sum(r.num_replicas for r in readings),
+        rule_changes=summed([r.rule_changes for r in readings]),
     )
 
 

@@ -51,6 +51,7 @@ from armory.engine.batch_observer import BatchObserver
 from armory.engine.decision_step import DecisionStep
 from armory.engine.executor import BatchOutcome, Executor
 from armory.engine.queue_mirror import QueueMirror, check_limits, check_report
+from armory.engine.rule_changes import RuleChanges
 from armory.engine.session import RequestPlan
 from armory.scheduling.base import Scheduler
 from armory.scheduling.snapshot import Batch
@@ -119,6 +120,8 @@ class LoopStats:
     or by the safe rule)."""
     decisions_by_rule: dict[str, int] = field(default_factory=dict)
     """Decisions by the rule that made them (``Batch.rule``; waits included)."""
+    rule_changes: dict[str, RuleChanges] = field(default_factory=dict)
+    """Per rule, what it changed against the base rule alone (when explained)."""
 
     @property
     def mean_batch_size(self) -> float:
@@ -176,6 +179,7 @@ class BatchLoop:
         decide_ahead_s: float = 0.0,
         request_timeout_s: float | None = None,
         observer: BatchObserver | None = None,
+        explain: bool = False,
     ) -> None:
         self.step = DecisionStep(
             QueueMirror(),
@@ -183,6 +187,7 @@ class BatchLoop:
             profile,
             max_batch_size=max_batch_size,
             check_invariants=check_invariants,
+            explain=explain,
         )
         """Snapshot, schedule, check and dispatch, as in the simulator."""
         self.executor = executor
@@ -411,6 +416,7 @@ class BatchLoop:
             num_taken_back=c.num_taken_back,
             num_scheduler_faults=d.num_scheduler_faults,
             decisions_by_rule=dict(d.decisions_by_rule),
+            rule_changes=dict(d.rule_changes),
         )
 
     # ---- the loop ------------------------------------------------------

@@ -111,6 +111,10 @@ class ServerConfig:
     metrics_max_robots: int = 32
     """Most robots with a ``robot`` label of their own in ``/metrics`` at a time; the rest
     are aggregated under ``robot="other"``."""
+    explain_rules: bool = False
+    """Also count what each rule of the scheduler changed against its base rule alone on
+    the same snapshots (``/stats`` ``rule_changes``, ``armory fleet --explain``); the base
+    rule is then asked on every decision too, twice the scheduler's work."""
     # Checks
     check_invariants: bool = True
     """Assert every batch's invariants (cheap)."""

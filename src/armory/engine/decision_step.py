@@ -11,7 +11,9 @@ asks the scheduler, checks the batch's invariants and counts the decision by the
 rule that made it. :meth:`DecisionStep.dispatch` then tells the mirror when each
 robot's chunk should land (start + learned latency + that robot's downlink), and
 :meth:`DecisionStep.batch_done` feeds the measured time back to the profile and
-the scheduler.
+the scheduler. A step that explains also asks the scheduler's base rule alone on
+every snapshot and counts what the other rules changed
+(:mod:`armory.engine.rule_changes`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from armory.core.latency_profile import LatencyProfile
 from armory.engine.fault_isolation import decide_isolating
 from armory.engine.queue_mirror import QueueMirror
+from armory.engine.rule_changes import RuleChanges
 from armory.engine.session import BATCH_SIZE_SMOOTHING
 from armory.scheduling.base import Scheduler
 from armory.scheduling.snapshot import Batch, Snapshot, check_batch
@@ -72,6 +75,9 @@ class DecisionCounters:
     or by the safe rule)."""
     decisions_by_rule: Counter[str] = field(default_factory=Counter)
     """Decisions by the rule that made them (``Batch.rule``; waits included)."""
+    rule_changes: dict[str, RuleChanges] = field(default_factory=dict)
+    """Per rule, its decisions against the base rule's on the same snapshots (only when
+    the step explains)."""
 
 
 class DecisionStep:
@@ -86,6 +92,7 @@ class DecisionStep:
         max_batch_size: int,
         check_invariants: bool = True,
         isolate_faults: bool = True,
+        explain: bool = False,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -98,6 +105,9 @@ class DecisionStep:
         self.isolate_faults = isolate_faults
         """A scheduler that raises is asked again without the robot whose state made it
         fail (:mod:`armory.engine.fault_isolation`); off, the error propagates."""
+        self.base_rule = scheduler.base_rule_only() if explain else None
+        """With ``explain``: the scheduler's base rule alone, asked on every snapshot after
+        the scheduler to count what the other rules changed (None: not explained)."""
         self.counters = DecisionCounters()
         self.recent_batch_size = 1.0
         """Moving average of batch sizes (tells directed robots when to ask again)."""
@@ -116,6 +126,7 @@ class DecisionStep:
         if not snapshot.eligible.any():
             return None
         refused: tuple[int, ...] = ()
+        faults = self.counters.num_scheduler_faults
         if self.isolate_faults:
             batch, refused = self._schedule_isolating(snapshot)
         else:
@@ -130,8 +141,25 @@ class DecisionStep:
         c.num_decisions += 1
         c.decision_s += decision.decision_s
         c.decision_cpu_s += decision.decision_cpu_s
-        c.decisions_by_rule[batch.rule or self.scheduler.name] += 1
+        rule = batch.rule or self.scheduler.name
+        c.decisions_by_rule[rule] += 1
+        if self.base_rule is not None and c.num_scheduler_faults == faults:
+            self._explain(snapshot, rule, batch)
         return decision
+
+    def _explain(self, snapshot: Snapshot, rule: str, batch: Batch) -> None:
+        """Count what ``rule``'s ``batch`` changed against the base rule's on ``snapshot``."""
+        assert self.base_rule is not None
+        try:
+            base = self.base_rule.schedule(snapshot)
+        except Exception:
+            # Explaining is a diagnostic: it never fails a decision.
+            logger.exception("the base rule failed on a snapshot the scheduler decided")
+            return
+        changes = self.counters.rule_changes
+        changes[rule] = changes.get(rule, RuleChanges()) + RuleChanges.of(
+            batch, base, snapshot.now_s
+        )
 
     def dispatch(self, batch: Batch, start_s: float) -> list[Dispatched]:
         """``batch`` starts its forward pass at ``start_s``: each robot's chunk is expected

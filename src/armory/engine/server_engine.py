@@ -26,6 +26,7 @@ from armory.core.latency_profile import LatencyProfile
 from armory.engine.batch_loop import BatchLoop, ChunkResult, Clock, LoopStats
 from armory.engine.config import ServerConfig
 from armory.engine.executor import Executor
+from armory.engine.rule_changes import RuleChanges
 from armory.engine.session import (
     RequestPlan,
     Session,
@@ -146,6 +147,9 @@ class EngineStats:
     """The learned forward-pass seconds per batch size."""
     decisions_by_rule: dict[str, int] = field(default_factory=dict)
     """Scheduling decisions by the rule that made them (``armory fleet --explain``)."""
+    rule_changes: dict[str, RuleChanges] = field(default_factory=dict)
+    """Per rule, what it changed against the scheduler's base rule alone on the same
+    snapshots (``--server.explain-rules``; empty without)."""
     scheduler: str = ""
     policy: str = ""
     max_batch_size: int = 0
@@ -208,6 +212,7 @@ class ServerEngine:
             decide_ahead_s=config.decide_ahead_s,
             request_timeout_s=config.request_timeout_s,
             observer=BatchWatch(self.metrics, name_of=self._name_of, scheduler=self.scheduler_name),
+            explain=config.explain_rules,
         )
         self._sessions: dict[int, Session] = {}
         self._by_name: dict[str, Session] = {}
@@ -494,6 +499,7 @@ class ServerEngine:
             steps_ms_p99=_percentile_ms(self._steps_s, 99),
             latency_points_s=self.loop.profile.points(),
             decisions_by_rule=loop.decisions_by_rule,
+            rule_changes=loop.rule_changes,
             scheduler=self.scheduler_name,
             policy=self.metadata.name,
             max_batch_size=self.config.max_batch_size,

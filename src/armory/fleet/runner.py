@@ -276,6 +276,7 @@ async def run_fleet(
         timing=_timing(summaries, wall_s, after),
         clock="wall",
         decisions_by_rule={} if after is None else after.rules_since(before),
+        rule_changes={} if after is None else after.rule_changes_since(before),
     )
 
 

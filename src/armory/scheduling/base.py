@@ -24,6 +24,12 @@ class Scheduler(abc.ABC):
     def schedule(self, snapshot: Snapshot) -> Batch:
         """Called whenever the executor is free and at least one robot is eligible."""
 
+    def base_rule_only(self) -> Scheduler | None:
+        """The same scheduler with its base rule alone, which ``--explain`` holds each
+        decision against to show what the other rules changed
+        (:mod:`armory.engine.rule_changes`); None for a scheduler of one rule."""
+        return None
+
     def on_batch_done(self, batch: Batch, latency_s: float) -> None:  # noqa: B027
         """Called when a batch's forward pass finishes, with its measured seconds."""
 

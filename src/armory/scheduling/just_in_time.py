@@ -133,6 +133,15 @@ class JustInTimeScheduler(Scheduler):
         """A scheduler with the config's just-in-time options."""
         return cls(disabled_rules=config.disabled_rules)
 
+    def base_rule_only(self) -> JustInTimeScheduler:
+        """This scheduler with every rule but ``on-time`` turned off."""
+        return JustInTimeScheduler(
+            margin_s=self.margin_s,
+            margin_ticks=self.margin_ticks,
+            overload_actions=self.overload_actions,
+            disabled_rules=tuple(r for r in RULES if r != BASE_RULE),
+        )
+
     def schedule(self, snapshot: Snapshot) -> Batch:
         """Called whenever the executor is free and at least one robot is eligible."""
         if not snapshot.eligible.any():

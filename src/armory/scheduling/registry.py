@@ -24,7 +24,8 @@ _FACTORIES: dict[str, Callable[[SchedulerConfig], Scheduler]] = {
 
 
 def rule_descriptions(name: str) -> dict[str, str]:
-    """What each rule of scheduler ``name`` does, by the name its batches carry."""
+    """What each rule of scheduler ``name`` does, by the name its batches carry (the base
+    rule, which every decision falls back to, first)."""
     if name == JustInTimeScheduler.name:
         return dict(RULES)
     return {name: "the scheduler's only rule"}

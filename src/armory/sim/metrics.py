@@ -25,6 +25,7 @@ def build_report(sim: Simulator, end_s: float, bound_starvation: float | None = 
         bound_starvation=bound_starvation,
         timing=decision_timing(sim),
         decisions_by_rule=sim.decisions_by_rule,
+        rule_changes=sim.rule_changes,
     )
 
 

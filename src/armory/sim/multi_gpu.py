@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from armory.engine.rule_changes import RuleChanges, summed
 from armory.fleet_spec import FleetSpec, RobotSpec
 from armory.placement.base import Placement, ReplicaProfile
 from armory.placement.fluid_load import replica_load
@@ -107,6 +108,7 @@ def simulate_gpus(
     gpus = []
     batch_sizes: Counter[int] = Counter()
     rules: Counter[str] = Counter()
+    changes: list[dict[str, RuleChanges]] = []
     busy_s = decision_s = decision_cpu_s = 0.0
     num_decisions = 0
     for replica, robots in enumerate(placed):
@@ -124,6 +126,7 @@ def simulate_gpus(
         tallies += replica_tallies
         batch_sizes.update(sim.batch_sizes)
         rules.update(sim.decisions_by_rule)
+        changes.append(sim.rule_changes)
         busy_s += sim.gpu_busy_s
         num_decisions += sim.num_decisions
         decision_s += sim.decision_s
@@ -151,6 +154,7 @@ def simulate_gpus(
         request_mode=fleet.request_mode,
         timing=timing_of(num_decisions, decision_s, decision_cpu_s),
         decisions_by_rule=rules,
+        rule_changes=summed(changes),
     )
     return MultiGpuReport(
         placement=placement,

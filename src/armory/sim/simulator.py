@@ -24,6 +24,7 @@ import numpy as np
 
 from armory.engine.decision_step import DecisionStep
 from armory.engine.queue_mirror import QueueMirror, QueueReport, RobotLimits
+from armory.engine.rule_changes import RuleChanges
 from armory.engine.session import directed_lead_s, directed_send_index
 from armory.fleet_spec import DelaySpec, FleetSpec
 from armory.report import SimReport, startup_s
@@ -52,6 +53,9 @@ class SimConfig:
     charge_decision_time: bool = False
     """Start each batch only after the scheduler's measured wall-clock decision time, as
     a server deciding from an idle GPU does (results then vary from run to run)."""
+    explain: bool = False
+    """Also count what each rule of the scheduler changed against its base rule alone
+    (:mod:`armory.engine.rule_changes`; doubles the scheduler's work, not its timing)."""
 
 
 class Simulator:
@@ -77,6 +81,7 @@ class Simulator:
             max_batch_size=fleet.max_batch_size,
             check_invariants=config.check_invariants,
             isolate_faults=False,  # a scheduler that fails here is a bug to see
+            explain=config.explain,
         )
         """The server's decision, as the real-time batch loop takes it."""
         self.mirror = self.step.mirror
@@ -121,6 +126,11 @@ class Simulator:
     @property
     def decisions_by_rule(self) -> Counter[str]:
         return self.step.counters.decisions_by_rule
+
+    @property
+    def rule_changes(self) -> dict[str, RuleChanges]:
+        """What each rule changed (empty unless the config explains)."""
+        return self.step.counters.rule_changes
 
     # ---- event plumbing ------------------------------------------------
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from armory.engine.rule_changes import RuleChanges
 from armory.report import SimReport
 
 if TYPE_CHECKING:
@@ -135,7 +136,41 @@ def format_rules(report: SimReport, descriptions: Mapping[str, str]) -> str:
             f"  {rule:<{width}s} {count:8d} {100 * count / total:6.1f}%  "
             f"{descriptions.get(rule, '')}"
         )
+    if report.rule_changes:
+        lines += ["", format_rule_changes(report.rule_changes, base_rule=next(iter(descriptions)))]
     return "\n".join(lines)
+
+
+def format_rule_changes(changes: Mapping[str, RuleChanges], *, base_rule: str) -> str:
+    """What each rule changed against ``base_rule`` alone on the same snapshots: how many
+    of its decisions differ, the waits that held the GPU where the base rule would run a
+    batch, batches run where it would wait, and, where both run one, the batch sizes and
+    the robots the rule put in that the base rule's batch left out."""
+    headers = (
+        "rule",
+        "decisions",
+        "changed",
+        "held the GPU (mean ms planned)",
+        f"ran where {base_rule} waits",
+        f"robots a batch ({base_rule})",
+        "robots swapped a batch",
+    )
+    rows = []
+    for rule, c in sorted(changes.items(), key=lambda kv: -kv[1].decisions):
+        both = max(c.both_ran, 1)
+        rows.append(
+            (
+                rule,
+                str(c.decisions),
+                f"{c.changed} ({100 * c.changed / max(c.decisions, 1):.1f}%)",
+                f"{c.held} ({1e3 * c.held_s / c.held:.1f})" if c.held else "0",
+                str(c.ran),
+                f"{c.robots / both:.2f} ({c.base_robots / both:.2f})" if c.both_ran else "-",
+                f"{c.swapped / both:.2f}" if c.both_ran else "-",
+            )
+        )
+    title = f"what each rule changed, against {base_rule} alone on the same snapshots:"
+    return title + "\n" + format_table(headers, rows)
 
 
 def format_gpus(multi: MultiGpuReport) -> str:
