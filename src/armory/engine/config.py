@@ -114,7 +114,8 @@ class ServerConfig:
     explain_rules: bool = False
     """Also count what each rule of the scheduler changed against its base rule alone on
     the same snapshots (``/stats`` ``rule_changes``, ``armory fleet --explain``); the base
-    rule is then asked on every decision too, twice the scheduler's work."""
+    rule is then asked on every decision too, before its batch starts: twice the
+    scheduler's time (for diagnosis, not for production)."""
     # Checks
     check_invariants: bool = True
     """Assert every batch's invariants (cheap)."""

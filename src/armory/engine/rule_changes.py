@@ -34,7 +34,8 @@ class RuleChanges:
     held: int = 0
     """The rule waited where the base rule would run a batch."""
     held_s: float = 0.0
-    """Seconds those waits hold the GPU (each until the wait's end)."""
+    """Seconds those waits plan to hold the GPU (each until the time it names; a wait
+    for the next event counts none)."""
     ran: int = 0
     """The rule ran a batch where the base rule would wait."""
     both_ran: int = 0
