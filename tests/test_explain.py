@@ -11,9 +11,9 @@ from armory_client import PolicyClient
 from server_harness import make_obs, running_server
 
 from armory.cli import main
-from armory.engine.rule_changes import RuleChanges
 from armory.scheduling.just_in_time import RULES
 from armory.scheduling.registry import make_scheduler
+from armory.scheduling.rule_changes import RuleChanges
 from armory.scheduling.snapshot import Batch
 from armory.server_stats import StatsReading, combined
 from armory.sim.fleet_family import generate_fleet

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from armory.engine.rule_changes import RuleChanges
+from armory.scheduling.rule_changes import RuleChanges
 
 if TYPE_CHECKING:
     from armory.fleet_spec import FleetSpec, RobotSpec

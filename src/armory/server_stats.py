@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
 
-from armory.engine.rule_changes import RuleChanges, changes_since, summed
+from armory.scheduling.rule_changes import RuleChanges, changes_since, summed
 
 _TIMEOUT_S = 3.0
 MAX_STATS_BYTES = 1 << 20

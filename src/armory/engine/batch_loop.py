@@ -51,9 +51,9 @@ from armory.engine.batch_observer import BatchObserver
 from armory.engine.decision_step import DecisionStep
 from armory.engine.executor import BatchOutcome, Executor
 from armory.engine.queue_mirror import QueueMirror, check_limits, check_report
-from armory.engine.rule_changes import RuleChanges
 from armory.engine.session import RequestPlan
 from armory.scheduling.base import Scheduler
+from armory.scheduling.rule_changes import RuleChanges
 from armory.scheduling.snapshot import Batch
 
 logger = logging.getLogger(__name__)

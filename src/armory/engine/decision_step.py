@@ -13,7 +13,7 @@ robot's chunk should land (start + learned latency + that robot's downlink), and
 :meth:`DecisionStep.batch_done` feeds the measured time back to the profile and
 the scheduler. A step that explains also asks the scheduler's base rule alone on
 every snapshot and counts what the other rules changed
-(:mod:`armory.engine.rule_changes`).
+(:mod:`armory.scheduling.rule_changes`).
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from armory.core.latency_profile import LatencyProfile
 from armory.engine.fault_isolation import decide_isolating
 from armory.engine.queue_mirror import QueueMirror
-from armory.engine.rule_changes import RuleChanges
 from armory.engine.session import BATCH_SIZE_SMOOTHING
 from armory.scheduling.base import Scheduler
+from armory.scheduling.rule_changes import RuleChanges
 from armory.scheduling.snapshot import Batch, Snapshot, check_batch
 
 logger = logging.getLogger(__name__)

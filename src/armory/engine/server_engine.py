@@ -26,7 +26,6 @@ from armory.core.latency_profile import LatencyProfile
 from armory.engine.batch_loop import BatchLoop, ChunkResult, Clock, LoopStats
 from armory.engine.config import ServerConfig
 from armory.engine.executor import Executor
-from armory.engine.rule_changes import RuleChanges
 from armory.engine.session import (
     RequestPlan,
     Session,
@@ -46,6 +45,7 @@ from armory.policies.base import (
     conform_observation,
 )
 from armory.scheduling.base import Scheduler
+from armory.scheduling.rule_changes import RuleChanges
 
 _OVERHEAD_WINDOW = 4096
 """Most recent requests whose server-added time the stats keep."""

@@ -27,7 +27,7 @@ class Scheduler(abc.ABC):
     def base_rule_only(self) -> Scheduler | None:
         """The same scheduler with its base rule alone, which ``--explain`` holds each
         decision against to show what the other rules changed
-        (:mod:`armory.engine.rule_changes`); None for a scheduler of one rule."""
+        (:mod:`armory.scheduling.rule_changes`); None for a scheduler of one rule."""
         return None
 
     def on_batch_done(self, batch: Batch, latency_s: float) -> None:  # noqa: B027

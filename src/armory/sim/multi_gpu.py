@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from armory.engine.rule_changes import RuleChanges, summed
 from armory.fleet_spec import FleetSpec, RobotSpec
 from armory.placement.base import Placement, ReplicaProfile
 from armory.placement.fluid_load import replica_load
@@ -26,6 +25,7 @@ from armory.placement.registry import make_placement
 from armory.report import SimReport, make_report
 from armory.scheduling.config import SchedulerConfig
 from armory.scheduling.registry import make_scheduler
+from armory.scheduling.rule_changes import RuleChanges, summed
 from armory.sim.metrics import robot_tallies, timing_of
 from armory.sim.simulator import SimConfig, Simulator
 

@@ -24,11 +24,11 @@ import numpy as np
 
 from armory.engine.decision_step import DecisionStep
 from armory.engine.queue_mirror import QueueMirror, QueueReport, RobotLimits
-from armory.engine.rule_changes import RuleChanges
 from armory.engine.session import directed_lead_s, directed_send_index
 from armory.fleet_spec import DelaySpec, FleetSpec
 from armory.report import SimReport, startup_s
 from armory.scheduling.base import Scheduler
+from armory.scheduling.rule_changes import RuleChanges
 from armory.sim.metrics import build_report
 from armory.sim.robot import SimRobot
 
@@ -55,7 +55,7 @@ class SimConfig:
     a server deciding from an idle GPU does (results then vary from run to run)."""
     explain: bool = False
     """Also count what each rule of the scheduler changed against its base rule alone
-    (:mod:`armory.engine.rule_changes`; doubles the scheduler's work, not its timing)."""
+    (:mod:`armory.scheduling.rule_changes`; doubles the scheduler's work, not its timing)."""
 
 
 class Simulator:

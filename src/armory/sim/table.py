@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from armory.engine.rule_changes import RuleChanges
 from armory.report import SimReport
+from armory.scheduling.rule_changes import RuleChanges
 
 if TYPE_CHECKING:
     from armory.sim.multi_gpu import MultiGpuReport
