@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import urllib.request
 from pathlib import Path
@@ -25,6 +26,8 @@ ROWS = """[...document.querySelectorAll('#robots tbody tr')].map(tr => ({
     robot: tr.dataset.robot, door: tr.dataset.door, status: tr.dataset.status,
     control_hz: Number(tr.dataset.controlHz), weight: Number(tr.dataset.weight),
     requests: Number(tr.dataset.requests)}))"""
+RULES = """Object.fromEntries([...document.querySelectorAll('#rules tbody tr')]
+    .map(tr => [tr.dataset.rule, tr.cells[2].textContent]))"""
 HISTOGRAM = """Object.fromEntries([...document.querySelectorAll('#batch-hist .col')]
     .map(c => [c.dataset.size, Number(c.dataset.count)]))"""
 
@@ -56,7 +59,8 @@ def stats(port: int) -> dict[str, Any]:
 def test_dashboard_shows_the_live_fleet_in_chromium(tmp_path: Path) -> None:
     """Every robot of a running fleet appears as a live row whose door, rate and weight are
     /stats's; the starving robot and the one that left are marked; the batch histogram
-    counts no more batches than /stats; a screenshot is saved."""
+    counts no more batches than /stats; each rule shows what share of its decisions it
+    changed (the server explains its rules); a screenshot is saved."""
     binary = browser()
     configs = [
         RuntimeConfig(
@@ -69,7 +73,7 @@ def test_dashboard_shows_the_live_fleet_in_chromium(tmp_path: Path) -> None:
         )
         for name, hz, low, high, weight, seconds in FLEET
     ]
-    with running_server(max_batch_size=4) as server:
+    with running_server(max_batch_size=4, explain_rules=True) as server:
         fleet = threading.Thread(target=run_runtimes, args=(server.port, configs), daemon=True)
         fleet.start()
         try:
@@ -86,6 +90,7 @@ def test_dashboard_shows_the_live_fleet_in_chromium(tmp_path: Path) -> None:
                 page.wait_for(f"Number(document.body.dataset.updates) >= {updates + 4}")
                 rows = page.evaluate(ROWS)
                 histogram = page.evaluate(HISTOGRAM)
+                rules = page.evaluate(RULES)
                 busy_points = page.evaluate(
                     "document.querySelector('#busy-chart polyline')"
                     ".getAttribute('points').split(' ').length"
@@ -110,6 +115,10 @@ def test_dashboard_shows_the_live_fleet_in_chromium(tmp_path: Path) -> None:
     assert sum(histogram.values()) <= after["num_batches"]
     assert sum(histogram.values()) > 0
     assert busy_points >= 4
+    # Explained, every rule's row says what share of its decisions differ from on-time's:
+    # none of on-time's own.
+    assert set(rules) <= set(after["rule_changes"]) and rules["on-time"] == "0% changed"
+    assert all(re.fullmatch(r"\d+% changed", text) for text in rules.values())
     assert (out / "dashboard.png").stat().st_size > 10_000
 
 

@@ -109,8 +109,21 @@ function renderBusy(stats) {
 function renderRules(stats) {
   document.getElementById("scheduler").textContent = stats.scheduler;
   const rules = Object.entries(stats.decisions_by_rule).sort((a, b) => b[1] - a[1]);
+  // With --server.explain-rules: the share of each rule's decisions that differ from
+  // the base rule's on the same snapshots.
+  const changes = stats.rule_changes || {};
+  const changed = (rule) => {
+    const c = changes[rule];
+    return c && c.decisions > 0 ? `${fmt((100 * c.changed) / c.decisions, 0, "%")} changed` : "";
+  };
   document.querySelector("#rules tbody").replaceChildren(
-    ...rules.map(([rule, n]) => el("tr", { "data-rule": rule }, [el("td", {}, [rule]), el("td", {}, [String(n)])])),
+    ...rules.map(([rule, n]) =>
+      el("tr", { "data-rule": rule }, [
+        el("td", {}, [rule]),
+        el("td", {}, [String(n)]),
+        el("td", { class: "changed" }, [changed(rule)]),
+      ]),
+    ),
   );
   document.getElementById("decision-note").textContent =
     `${fmt(stats.decision_ms_mean, 3, " ms")} per decision`;
