@@ -24,9 +24,13 @@ The family's threshold clients all ask 50 ms beyond their round trip (and direct
 robots get 50 ms of lead margin); ``--threshold-margin S`` gives every fleet another
 margin, so that a change can be judged on clients that ask earlier or later.
 
+``--explain`` also holds every decision of the default against its base rule alone on
+the same snapshot and prints, summed over the fleets of each request mode, what each
+rule changed (docs/scheduling.md, "What each rule changed"); the results are the same.
+
     python benchmarks/family.py [--count 200] [--first-seed 1000] [--duration 30]
         [--workers 2] [--cache /tmp/family-cache.json] [--threshold-margin 0.2]
-        [--json out.json]
+        [--json out.json] [--explain]
 """
 
 from __future__ import annotations
@@ -41,10 +45,13 @@ from pathlib import Path
 import numpy as np
 
 from armory.scheduling.config import SchedulerConfig
+from armory.scheduling.just_in_time import BASE_RULE
 from armory.scheduling.registry import make_scheduler, scheduler_names
+from armory.scheduling.rule_changes import RuleChanges, summed
 from armory.sim.bound import fleet_bound
 from armory.sim.fleet_family import generate_fleet
 from armory.sim.simulator import SimConfig, simulate
+from armory.sim.table import format_rule_changes
 
 OURS = SchedulerConfig().name
 EVERY_TICK = "every-tick"
@@ -53,8 +60,10 @@ THROUGHPUT_TOLERANCE = 1e-4
 """Relative: equal weighted throughputs differ in the last digits of the float sums."""
 
 
-def _run(job: tuple[str, int, str, float, str | None, tuple[str, ...], float | None]) -> dict:
-    family, seed, name, duration_s, mode, disabled_rules, margin_s = job
+def _run(
+    job: tuple[str, int, str, float, str | None, tuple[str, ...], float | None, bool],
+) -> dict:
+    family, seed, name, duration_s, mode, disabled_rules, margin_s, explain = job
     fleet = generate_fleet(family, seed).fleet
     if mode is not None:
         fleet = dataclasses.replace(fleet, request_mode=mode)
@@ -63,7 +72,7 @@ def _run(job: tuple[str, int, str, float, str | None, tuple[str, ...], float | N
     report = simulate(
         fleet,
         make_scheduler(SchedulerConfig(name=name, seed=seed, disabled_rules=disabled_rules)),
-        SimConfig(duration_s=duration_s, seed=seed),
+        SimConfig(duration_s=duration_s, seed=seed, explain=explain),
     )
     sent = sum(r.requests_per_s for r in report.robots) * duration_s
     chunks = sum(r.inferences for r in report.robots)
@@ -74,6 +83,7 @@ def _run(job: tuple[str, int, str, float, str | None, tuple[str, ...], float | N
         "mean_age_s": report.system.mean_age_s,
         "mean_decision_us": report.timing.get("mean_decision_us", 0.0),
         "mean_decision_cpu_us": report.timing.get("mean_decision_cpu_us", 0.0),
+        "rule_changes": {r: dataclasses.asdict(c) for r, c in report.rule_changes.items()},
     }
 
 
@@ -109,6 +119,9 @@ def main() -> None:
         "robots' lead margin (default: each fleet's own)",
     )
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--explain", action="store_true", help="also print what each of the default's rules changed"
+    )
     args = parser.parse_args()
 
     names = args.schedulers or scheduler_names()
@@ -128,12 +141,21 @@ def main() -> None:
     fleets = {s: generate_fleet(args.family, s) for s in seeds}
     off = tuple(args.disabled_rules)
     jobs = [
-        (args.family, s, n, args.duration, None, off if n == OURS else (), margin_s)
+        (
+            args.family,
+            s,
+            n,
+            args.duration,
+            None,
+            off if n == OURS else (),
+            margin_s,
+            n == OURS and args.explain,
+        )
         for s in seeds
         for n in names
     ]
     jobs += [
-        (args.family, s, OURS, args.duration, EVERY_TICK, off, margin_s)
+        (args.family, s, OURS, args.duration, EVERY_TICK, off, margin_s, False)
         for s in seeds
         if fleets[s].fleet.request_mode == "directed"
     ]
@@ -280,6 +302,22 @@ def main() -> None:
                 f"mean decision, {lo}-{hi} robots: {sizes[sel, 1].mean():.0f} us "
                 f"(max {sizes[sel, 1].max():.0f} us), processor time "
                 f"{sizes[sel, 2].mean():.0f} us"
+            )
+    if args.explain:
+        for mode in ("every-tick", "threshold", "directed", None):
+            picked = [r for r in rows if mode is None or r["request_mode"] == mode]
+            changes = summed(
+                [
+                    {
+                        r: RuleChanges.from_json(c)
+                        for r, c in p["schedulers"][OURS]["rule_changes"].items()
+                    }
+                    for p in picked
+                ]
+            )
+            print(
+                f"\n{mode or 'all'} fleets ({len(picked)}): "
+                + format_rule_changes(changes, base_rule=BASE_RULE)
             )
     if args.json:
         args.json.write_text(
