@@ -57,8 +57,9 @@ def test_the_mirror_carries_who_follows_directions() -> None:
 def test_directed_mode_over_capacity_keeps_up_with_every_tick() -> None:
     """mixed-00005 of the family's training seeds (103 robots, 1.3x capacity): sending once
     dry where the scheduler keeps a robot waiting, directed mode starves no more than
-    every-tick (25.9% against 27.4%) with one observation per chunk instead of 22; without
-    it (fluid-share off) directed mode starved 54%."""
+    every-tick (26.0% against 27.4%) with one observation per chunk instead of 22; without
+    it (fluid-share off) directed mode starves 36%: its robots send at their lead and
+    send again only when deferred as they run dry."""
     fleet = generate_fleet("mixed", 5).fleet
     config = SimConfig(duration_s=20.0, seed=0)
 
@@ -72,7 +73,7 @@ def test_directed_mode_over_capacity_keeps_up_with_every_tick() -> None:
     directed, per_chunk = run("directed")
     every_tick, _ = run("every-tick")
     assert directed <= every_tick + 0.01 and per_chunk <= 1.5
-    assert run("directed", disabled_rules=("fluid-share",))[0] > directed + 0.2
+    assert run("directed", disabled_rules=("fluid-share",))[0] > directed + 0.05
 
 
 def test_a_scheduler_failing_to_advise_leaves_robots_their_usual_lead() -> None:

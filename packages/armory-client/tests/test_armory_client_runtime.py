@@ -114,6 +114,8 @@ class FakeClient:
         self.silent = False
         self.num_deferred = 0
         """Answer this many of the next requests "deferred" (after ``delay_s``)."""
+        self.deferred_requests: set[int] = set()
+        """Answer these requests (0: the first) "deferred" (after ``delay_s``)."""
         self.connected = self.closed = False
 
     async def connect(self) -> FakeClient:
@@ -130,8 +132,8 @@ class FakeClient:
         if self.failures:
             raise self.failures.pop(0)
         start = state["action_index"]
-        if self.num_deferred > 0:
-            self.num_deferred -= 1
+        if self.num_deferred > 0 or len(self.requests) - 1 in self.deferred_requests:
+            self.num_deferred = max(self.num_deferred - 1, 0)
             deferred = {"version": 1, "chunk_start": start, "deferred": True}
             return {"actions": np.zeros((0, 2), np.float32), ARMORY_KEY: deferred}
         reply: dict[str, Any] = {"actions": chunk(start, self.horizon)}
@@ -401,6 +403,24 @@ def test_directed_falls_back_to_threshold_on_plain_openpi() -> None:
         runs[mode] = ([r["action_index"] for r in client.requests], robot.actions)
         assert_actions_match_indices(robot)
     assert runs["directed"] == runs["threshold"]
+
+
+def test_directed_deferred_reply_is_followed_at_once_by_a_fresh_observation() -> None:
+    """A directed robot whose observation the server answers "deferred" (as it does when
+    the robot runs dry before any batch took it) sends a fresh one at once, not at the
+    next named index, and plays on from that one's chunk."""
+    clock = FakeClock()
+    robot = FakeRobot(clock)
+    client = FakeClient(clock, delay_s=0.3 * PERIOD_S, next_after=7)
+    client.deferred_requests = {1}
+    _, summary = run_runtime(clock, robot, client, make_config(request_mode="directed"))
+    assert summary.num_deferred_replies == 1
+    # Sent at index 7, deferred 0.3 periods later, sent again then: still at index 7.
+    assert [r["action_index"] for r in client.requests[:4]] == [0, 7, 7, 14]
+    gaps = np.diff(client.request_times_s[:3]) / PERIOD_S
+    assert gaps[1] == pytest.approx(0.3)
+    assert robot.observation_times_s[2] == pytest.approx(client.request_times_s[2])
+    assert_actions_match_indices(robot)
 
 
 def test_directed_index_past_queue_end_sends_when_dry() -> None:

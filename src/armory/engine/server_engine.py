@@ -29,6 +29,7 @@ from armory.engine.executor import Executor
 from armory.engine.session import (
     RequestPlan,
     Session,
+    directed_defer_s,
     directed_lead_s,
     directed_send_index,
 )
@@ -101,6 +102,10 @@ class AcceptedRequest:
     received_s: float
     prev_total_s: float | None
     """Server time (arrival to reply sent) of the connection's previous request."""
+    defer_at_s: float | None = None
+    """Server time at which, if no batch has taken it, the request is answered "deferred"
+    (every-tick: its ``defer_after_s`` after arrival; directed: when the robot runs dry,
+    :func:`~armory.engine.session.directed_defer_s`); None: it waits for its chunk."""
 
 
 @dataclass(frozen=True)
@@ -114,8 +119,8 @@ class EngineStats:
     num_errors: int
     """Requests answered with an error (each to its own robot)."""
     num_deferred: int
-    """Every-tick requests answered without a chunk because no batch took them within
-    their ``defer_after_s``."""
+    """Requests answered without a chunk because no batch took them in time: every-tick
+    within their ``defer_after_s``, directed before their robot ran dry."""
     num_superseded: int
     """Pipelined every-tick requests answered without a chunk because a newer observation
     of the robot replaced them before any batch took them."""
@@ -368,6 +373,17 @@ class ServerEngine:
             received_s=received_s,
             pipelined=state is not None and state.pipelined,
         )
+        defer_at_s = None
+        if state is not None and state.defer_after_s is not None:
+            defer_at_s = received_s + state.defer_after_s
+        elif state is not None:
+            defer_at_s = directed_defer_s(
+                plan.limits,
+                plan.report,
+                dry_s=self.loop.mirror.deadline_of(session.engine_id),
+                received_s=received_s,
+                deferred_chunk_start=session.deferred_chunk_start,
+            )
         return AcceptedRequest(
             session=session,
             state=state,
@@ -375,21 +391,24 @@ class ServerEngine:
             future=future,
             received_s=received_s,
             prev_total_s=session.last_total_s,
+            defer_at_s=defer_at_s,
         )
 
     async def answer(self, request: AcceptedRequest) -> Reply:
-        """The reply to an accepted request: its chunk, or "deferred" (every-tick) when no
-        batch took it within its ``defer_after_s`` or a newer observation replaced it.
+        """The reply to an accepted request: its chunk, or "deferred" (Armory clients) when
+        no batch took it by its ``defer_at_s`` (every-tick: within its ``defer_after_s``;
+        directed: before the robot ran dry) or a newer observation replaced it.
 
         Raises RequestError (to be sent to this robot) or SessionClosed.
         """
         state, plan, future = request.state, request.plan, request.future
         robot_id = request.session.engine_id
-        defer_after_s = None if state is None else state.defer_after_s
         try:
-            if defer_after_s is not None and await self._withdrawn(
-                robot_id, future, request.received_s + defer_after_s
+            if request.defer_at_s is not None and await self._withdrawn(
+                robot_id, future, request.defer_at_s
             ):
+                if plan.limits.directed:
+                    request.session.deferred_chunk_start = plan.report.chunk_start
                 return self._deferred_reply(request)
             result = await future
         except Superseded:

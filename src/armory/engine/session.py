@@ -82,6 +82,9 @@ class Session:
         self.limits: RobotLimits | None = None
         self.last_chunk_start = NO_CHUNK
         """Start index of the last chunk answered."""
+        self.deferred_chunk_start = NO_CHUNK
+        """Directed: the chunk during which this robot's observation was last answered
+        "deferred" as it ran dry (:func:`directed_defer_s`: once per chunk)."""
         # Timing (server clock, seconds)
         self.link_rtt_s: float | None = None
         """Moving average of the network round trip (Armory clients)."""
@@ -251,6 +254,31 @@ def directed_lead_s(
     actions, which is worth more at capacity (docs/architecture.md, directed mode)."""
     batch = max(1, min(round(recent_batch_size), max_batch_size))
     return limits.uplink_s + limits.downlink_s + profile.latency_s(batch) + margin_s
+
+
+def directed_defer_s(
+    limits: RobotLimits,
+    report: QueueReport,
+    *,
+    dry_s: float,
+    received_s: float,
+    deferred_chunk_start: int,
+) -> float | None:
+    """When a directed robot's observation, if no batch has taken it by then, is answered
+    "deferred" (the Armory client then sends a fresh one at once): when the robot runs dry
+    (``dry_s``, the mirror's estimate), for an observation taken while the robot still
+    moved that arrived before then; once per chunk (not again for the chunk the robot
+    played, ``report.chunk_start``, when that is ``deferred_chunk_start``). None: never.
+
+    A robot that runs dry stands still, and the observation held since its lead was taken
+    while it moved: a chunk from it starts that many actions back and loses them. One
+    taken once dry loses nothing to further waiting (docs/scheduling.md, "A fresh
+    observation once dry")."""
+    if not limits.directed or report.actions_left <= 0 or dry_s <= received_s:
+        return None
+    if report.chunk_start == deferred_chunk_start:
+        return None
+    return dry_s
 
 
 def directed_send_index(chunk_start: int, limits: RobotLimits, lead_s: float) -> int:

@@ -23,8 +23,8 @@ from enum import IntEnum
 import numpy as np
 
 from armory.engine.decision_step import DecisionStep
-from armory.engine.queue_mirror import QueueMirror, QueueReport, RobotLimits
-from armory.engine.session import directed_lead_s, directed_send_index
+from armory.engine.queue_mirror import NO_CHUNK, QueueMirror, QueueReport, RobotLimits
+from armory.engine.session import directed_defer_s, directed_lead_s, directed_send_index
 from armory.fleet_spec import DelaySpec, FleetSpec
 from armory.report import SimReport, startup_s
 from armory.scheduling.base import Scheduler
@@ -40,6 +40,8 @@ class _Event(IntEnum):
     OBS_ARRIVE = 2
     BATCH_DONE = 3
     WAKE = 4
+    DEFER = 5
+    DEFERRED = 6
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,12 @@ class Simulator:
         for i, limits in enumerate(self._limits):
             self.mirror.add(i, limits, now_s=0.0)
         self._held_obs_time_s = [0.0] * len(specs)
+        self._arrivals = [0] * len(specs)
+        """Observations of each robot that reached the server (a deferral names its own)."""
+        self._deferred_chunk_start = [NO_CHUNK] * len(specs)
+        """Directed: the chunk during which the robot's observation was last deferred."""
+        self.num_deferred = 0
+        """Directed observations answered "deferred" as their robots ran dry."""
         self._heap: list[tuple[float, int, int, object]] = []
         self._seq = 0
         self._gpu_busy = False
@@ -155,6 +163,8 @@ class Simulator:
             _Event.OBS_ARRIVE: self._on_obs_arrive,
             _Event.BATCH_DONE: self._on_batch_done,
             _Event.WAKE: self._on_wake,
+            _Event.DEFER: self._on_defer,
+            _Event.DEFERRED: self._on_deferred,
         }
         heap = self._heap
         while heap and heap[0][0] <= end_s:
@@ -201,9 +211,35 @@ class Simulator:
 
     def _on_obs_arrive(self, t_s: float, payload: tuple[int, QueueReport, float]) -> None:
         i, report, taken_s = payload
+        self._arrivals[i] += 1
         if self.mirror.observe(i, report, t_s):
             self._held_obs_time_s[i] = taken_s
+            defer_s = directed_defer_s(
+                self._limits[i],
+                report,
+                dry_s=self.mirror.deadline_of(i),
+                received_s=t_s,
+                deferred_chunk_start=self._deferred_chunk_start[i],
+            )
+            if defer_s is not None:
+                self._push(defer_s, _Event.DEFER, (i, self._arrivals[i], report.chunk_start))
         self._try_schedule(t_s)
+
+    def _on_defer(self, t_s: float, payload: tuple[int, int, int]) -> None:
+        """A directed robot ran dry: its observation, if no batch took it and no newer one
+        came, is answered "deferred" (as the server's engine does)."""
+        i, arrival, chunk_start = payload
+        if self._arrivals[i] != arrival or not self.mirror.is_eligible(i):
+            return
+        self.mirror.release(i)
+        self._deferred_chunk_start[i] = chunk_start
+        self.num_deferred += 1
+        self._push(t_s + self._delay_s(self.robots[i].spec.downlink), _Event.DEFERRED, i)
+
+    def _on_deferred(self, t_s: float, i: int) -> None:
+        """The robot hears its observation was deferred: it sends a fresh one at once."""
+        self.robots[i].advance_to(t_s)
+        self._send_observation(t_s, i)
 
     def _on_wake(self, t_s: float, _: object) -> None:
         if self._wake_pending_s == t_s:
