@@ -166,6 +166,7 @@ class Session:
         reset = self.episode_id is not None and state.episode_id != self.episode_id
         if reset:
             self._chunk_totals.clear()
+            self.deferred_chunk_start = NO_CHUNK
         sample_s = self._link_sample(state)
         if sample_s is not None:
             if self.link_rtt_s is None:
