@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
-from armory_client import AsyncPolicyClient, RobotState
+from armory_client import AsyncPolicyClient, PolicyClient, RobotState
 from armory_client.runtime import RobotRuntime, RuntimeConfig
 from armory_client.runtime_stats import RuntimeSummary
 
@@ -132,6 +132,32 @@ def running_server(
         yield thread
     finally:
         thread.stop()
+
+
+@contextmanager
+def one_slot_server() -> Iterator[tuple[GatedPolicy, ServerThread, PolicyClient, PolicyClient]]:
+    """A server of one executor slot (max batch 1, nothing decided ahead) whose policy
+    runs a batch only when allowed (:class:`GatedPolicy`), and two clients of it, a and b
+    (closed on exit)."""
+    policy = GatedPolicy(make_mock())
+    with running_server(policy, max_batch_size=1, decide_ahead_s=0.0) as server:
+        a = PolicyClient("127.0.0.1", server.port, request_timeout_s=10.0)
+        b = PolicyClient("127.0.0.1", server.port, request_timeout_s=10.0)
+        try:
+            yield policy, server, a, b
+        finally:
+            a.close()
+            b.close()
+
+
+async def hold_the_slot(
+    policy: GatedPolicy, client: PolicyClient, observation: Mapping[str, Any]
+) -> asyncio.Future[dict[str, Any]]:
+    """Send ``observation`` from ``client`` and return once its batch holds the executor
+    (the future is its reply, once the policy is allowed to run)."""
+    reply = asyncio.ensure_future(asyncio.to_thread(client.infer, observation))
+    await asyncio.to_thread(policy.next_batch)
+    return reply
 
 
 class LeRobotCheckpointMock(MockPolicy):

@@ -9,9 +9,9 @@ import dataclasses
 import time
 
 import numpy as np
-from armory_client import ARMORY_KEY, PolicyClient, attach
+from armory_client import ARMORY_KEY, attach
 from armory_client.wire import RobotState
-from server_harness import GatedPolicy, expected_actions, make_mock, make_obs, running_server
+from server_harness import expected_actions, hold_the_slot, make_obs, one_slot_server
 
 from armory.engine.queue_mirror import NO_CHUNK, QueueReport, RobotLimits
 from armory.engine.session import directed_defer_s
@@ -59,19 +59,11 @@ def test_a_directed_observation_still_waiting_when_its_robot_runs_dry_is_deferre
     """Robot a holds the only executor slot; directed robot b, three actions (0.15 s) from
     running dry, is answered "deferred" about then; its fresh observation, taken dry, waits
     for the executor and is served."""
-    policy = GatedPolicy(make_mock())
-    with running_server(policy, max_batch_size=1, decide_ahead_s=0.0) as server:
-        a = PolicyClient("127.0.0.1", server.port, request_timeout_s=10.0)
-        b = PolicyClient("127.0.0.1", server.port, request_timeout_s=10.0)
-
-        async def robot_a() -> dict:
-            return await asyncio.to_thread(
-                a.infer, attach(make_obs(0), directed_state("a", 0, 0, None))
-            )
+    with one_slot_server() as (policy, server, a, b):
 
         async def scenario() -> tuple[dict, dict, float, dict]:
-            task_a = asyncio.ensure_future(robot_a())
-            await asyncio.to_thread(policy.next_batch)  # a's batch holds the executor
+            held = directed_state("a", 0, 0, None)
+            task_a = await hold_the_slot(policy, a, attach(make_obs(0), held))
             sent_s = time.monotonic()
             first = await asyncio.to_thread(
                 b.infer, attach(make_obs(1, 0), directed_state("b", 5, 3, 0))
@@ -86,8 +78,6 @@ def test_a_directed_observation_still_waiting_when_its_robot_runs_dry_is_deferre
 
         reply_a, first, waited_s, second = asyncio.run(scenario())
         stats = server.stats()
-        a.close()
-        b.close()
     assert first[ARMORY_KEY]["deferred"] is True and first["actions"].shape == (0, 7)
     assert 0.1 <= waited_s < 5.0  # answered about when b ran dry, not when a's batch ended
     assert second[ARMORY_KEY]["deferred"] is False

@@ -8,34 +8,25 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
-from armory_client import ARMORY_KEY, PolicyClient, attach
+from armory_client import ARMORY_KEY, attach
 from server_harness import (
-    GatedPolicy,
     every_tick_state,
     expected_actions,
-    make_mock,
+    hold_the_slot,
     make_obs,
-    running_server,
+    one_slot_server,
 )
 
 
 def test_an_observation_waiting_past_defer_after_is_answered_deferred() -> None:
     """Robot a holds the only executor slot; robot b's every-tick observation is answered
     "deferred" with no actions, and b's next observation is the one served."""
-    policy = GatedPolicy(make_mock())
     # a's batch is held past its expected end: nothing is decided until it ends.
-    with running_server(policy, max_batch_size=1, decide_ahead_s=0.0) as server:
-        a = PolicyClient("127.0.0.1", server.port, request_timeout_s=10.0)
-        b = PolicyClient("127.0.0.1", server.port, request_timeout_s=10.0)
-
-        async def robot_a() -> dict:
-            return await asyncio.to_thread(
-                a.infer, attach(make_obs(0), every_tick_state("a", 0, defer_after_s=None))
-            )
+    with one_slot_server() as (policy, server, a, b):
 
         async def scenario() -> tuple[dict, dict, dict]:
-            task_a = asyncio.ensure_future(robot_a())
-            await asyncio.to_thread(policy.next_batch)  # a's batch holds the executor
+            held = every_tick_state("a", 0, defer_after_s=None)
+            task_a = await hold_the_slot(policy, a, attach(make_obs(0), held))
             first = await asyncio.to_thread(
                 b.infer, attach(make_obs(1, 0), every_tick_state("b", 0, defer_after_s=0.05))
             )
@@ -47,8 +38,6 @@ def test_an_observation_waiting_past_defer_after_is_answered_deferred() -> None:
 
         reply_a, first, second = asyncio.run(scenario())
         stats = server.stats()
-        a.close()
-        b.close()
     assert first[ARMORY_KEY]["deferred"] is True
     assert first[ARMORY_KEY]["chunk_start"] == 0 and first["actions"].shape == (0, 7)
     assert second[ARMORY_KEY]["deferred"] is False
