@@ -25,6 +25,7 @@ the ablation of each rule and the measured results.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 
@@ -134,13 +135,10 @@ class JustInTimeScheduler(Scheduler):
         return cls(disabled_rules=config.disabled_rules)
 
     def base_rule_only(self) -> JustInTimeScheduler:
-        """This scheduler with every rule but ``on-time`` turned off."""
-        return JustInTimeScheduler(
-            margin_s=self.margin_s,
-            margin_ticks=self.margin_ticks,
-            overload_actions=self.overload_actions,
-            disabled_rules=tuple(r for r in RULES if r != BASE_RULE),
-        )
+        """This scheduler, its options kept, with every rule but ``on-time`` turned off."""
+        base = copy.copy(self)
+        base.disabled_rules = frozenset(RULES) - {BASE_RULE}
+        return base
 
     def schedule(self, snapshot: Snapshot) -> Batch:
         """Called whenever the executor is free and at least one robot is eligible."""
