@@ -376,7 +376,7 @@ class ServerEngine:
         defer_at_s = None
         if state is not None and state.defer_after_s is not None:
             defer_at_s = received_s + state.defer_after_s
-        elif state is not None:
+        elif state is not None and plan.limits.directed:
             defer_at_s = directed_defer_s(
                 plan.limits,
                 plan.report,

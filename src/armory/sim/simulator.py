@@ -214,16 +214,22 @@ class Simulator:
         self._arrivals[i] += 1
         if self.mirror.observe(i, report, t_s):
             self._held_obs_time_s[i] = taken_s
-            defer_s = directed_defer_s(
-                self._limits[i],
-                report,
-                dry_s=self.mirror.deadline_of(i),
-                received_s=t_s,
-                deferred_chunk_start=self._deferred_chunk_start[i],
-            )
-            if defer_s is not None:
-                self._push(defer_s, _Event.DEFER, (i, self._arrivals[i], report.chunk_start))
+            if self._limits[i].directed:
+                self._defer_when_dry(t_s, i, report)
         self._try_schedule(t_s)
+
+    def _defer_when_dry(self, t_s: float, i: int, report: QueueReport) -> None:
+        """A directed robot's observation just held: deferred when the robot runs dry, if
+        no batch takes it before (:func:`~armory.engine.session.directed_defer_s`)."""
+        defer_s = directed_defer_s(
+            self._limits[i],
+            report,
+            dry_s=self.mirror.deadline_of(i),
+            received_s=t_s,
+            deferred_chunk_start=self._deferred_chunk_start[i],
+        )
+        if defer_s is not None:
+            self._push(defer_s, _Event.DEFER, (i, self._arrivals[i], report.chunk_start))
 
     def _on_defer(self, t_s: float, payload: tuple[int, int, int]) -> None:
         """A directed robot ran dry: its observation, if no batch took it and no newer one
