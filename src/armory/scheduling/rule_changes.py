@@ -87,7 +87,7 @@ class RuleChanges:
                 raise ValueError(f"rule changes: {f.name} must be a number, got {value!r}")
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"rule changes: {f.name} must be >= 0, got {value!r}")
-            values[f.name] = float(value) if f.type == "float" else int(value)
+            values[f.name] = type(f.default)(value)  # each field's own type: int or float
         return cls(**values)
 
 
