@@ -41,6 +41,18 @@ def test_only_an_observation_taken_before_the_robot_runs_dry_is_deferred_once_a_
     assert directed_defer_s(DIRECTED, moving, **times, deferred_chunk_start=-5) == 2.15
 
 
+def test_an_observation_holding_no_more_than_the_links_round_trip_is_not_deferred() -> None:
+    """A fresh observation would cost the robot the links' round trip standing dry (the
+    "deferred" reply down, the observation up): one taken holding three actions (0.15 s
+    at 20 Hz) is deferred over links of 0.07 s (0.14 s both ways), not over 0.08 s."""
+    moving = QueueReport(action_index=5, actions_left=3, chunk_start=0)
+    times = {"dry_s": 2.15, "received_s": 2.0, "deferred_chunk_start": NO_CHUNK}
+    near = dataclasses.replace(DIRECTED, uplink_s=0.07, downlink_s=0.07)
+    assert directed_defer_s(near, moving, **times) == 2.15
+    far = dataclasses.replace(DIRECTED, uplink_s=0.08, downlink_s=0.08)
+    assert directed_defer_s(far, moving, **times) is None
+
+
 def directed_state(name: str, index: int, actions_left: int, chunk_start: int | None) -> RobotState:
     """A directed robot's queue state at 20 Hz, horizons 2..8."""
     return RobotState(

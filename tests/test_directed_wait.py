@@ -1,5 +1,6 @@
-"""Directed robots the scheduler keeps waiting dry are told to send once dry, so that
-their chunk, computed from an observation taken with an empty queue, loses nothing."""
+"""Directed robots the scheduler keeps waiting dry are told to send holding fewer actions
+than the usual lead, or once dry, so that their chunks lose no more of their queue than
+the share of ticks the scheduler serves them is worth (docs/scheduling.md)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,17 @@ import asyncio
 import dataclasses
 
 import numpy as np
+import pytest
 from factories import make_snapshot
 
 from armory.core.latency_profile import LatencyProfile
 from armory.engine.batch_loop import BatchLoop
 from armory.engine.fault_isolation import subset
 from armory.engine.queue_mirror import QueueMirror, QueueReport, RobotLimits
+from armory.engine.session import directed_lead_s, held_lead_s
 from armory.scheduling.just_in_time import JustInTimeScheduler
 from armory.scheduling.registry import make_scheduler
+from armory.scheduling.snapshot import Snapshot
 from armory.sim.fleet_family import generate_fleet
 from armory.sim.simulator import SimConfig, simulate
 
@@ -33,15 +37,76 @@ def overloaded(directed: bool) -> object:
     return dataclasses.replace(snapshot, directed=np.full(8, directed))
 
 
-def test_directed_robots_served_in_part_wait_dry() -> None:
-    """Over capacity, the directed robots the optimum serves in part are the ones told to
-    wait dry; robots that do not follow directions never are, nor are any under capacity."""
-    waits = JustInTimeScheduler().waits_dry(overloaded(directed=True))
-    assert waits.tolist() == [True] * 4 + [False] * 4
-    assert not JustInTimeScheduler().waits_dry(overloaded(directed=False)).any()
+def test_directed_robots_served_in_part_are_held_at_their_share() -> None:
+    """Over capacity, the directed robots the optimum serves in part are held, at a share
+    below one; robots that do not follow directions never are, nor are any under
+    capacity, nor any under a scheduler that does not hold robots."""
+    shares = JustInTimeScheduler().held_shares(overloaded(directed=True))
+    assert np.all(shares[:4] < 1.0) and np.all(shares[:4] >= 0.0)
+    assert shares[4:].tolist() == [1.0] * 4
+    assert np.all(JustInTimeScheduler().held_shares(overloaded(directed=False)) == 1.0)
     light = dataclasses.replace(make_snapshot([0.3, 0.31]), directed=np.ones(2, dtype=bool))
-    assert not JustInTimeScheduler().waits_dry(light).any()
-    assert not make_scheduler("max-batch").waits_dry(overloaded(directed=True)).any()
+    assert np.all(JustInTimeScheduler().held_shares(light) == 1.0)
+    assert np.all(make_scheduler("max-batch").held_shares(overloaded(directed=True)) == 1.0)
+
+
+def test_a_held_robot_holds_what_its_share_is_worth() -> None:
+    """A robot of horizon E = 20 at 20 Hz whose round trip holds m = 8 ticks: served in
+    full it holds the round trip; at E / (E + m) or less (what sending once dry gives) it
+    sends once dry; between, x = m - (E - m)(1 - share) / (2 share - 1) actions, rounded
+    down; a chunk worth no more than its round trip is asked for once dry."""
+    limits = RobotLimits(20.0, 1, 20, directed=True)
+    round_trip_s = 0.4
+    assert held_lead_s(limits, 1.0, round_trip_s) == pytest.approx(0.4)
+    assert held_lead_s(limits, 20 / 28, round_trip_s) == 0.0
+    assert held_lead_s(limits, 0.3, round_trip_s) == 0.0
+    # share 0.8: cut = 12 * 0.2 / 0.6 = 4, x = 4 actions (0.2 s); 0.9: cut 1.5, x = 6.
+    assert held_lead_s(limits, 0.8, round_trip_s) == pytest.approx(0.2)
+    assert held_lead_s(limits, 0.9, round_trip_s) == pytest.approx(0.3)
+    short = RobotLimits(20.0, 1, 8, directed=True)
+    assert held_lead_s(short, 0.95, round_trip_s) == 0.0
+    # Served in full, the usual lead; held, the held lead of the same round trip.
+    profile = LatencyProfile({1: 0.3})
+    linked = dataclasses.replace(limits, uplink_s=0.05, downlink_s=0.05)
+    assert directed_lead_s(linked, profile, 1.0, 4, 0.05) == pytest.approx(0.45)
+    assert directed_lead_s(linked, profile, 1.0, 4, 0.05, held_share=0.8) == pytest.approx(0.2)
+
+
+def test_a_held_directed_robot_waits_what_its_observation_leaves_of_the_chunk() -> None:
+    """fluid-share's dry wait for a directed robot served a share phi: a chunk from an
+    observation taken once dry plays E ticks, then the robot waits E (1/phi - 1); one
+    taken holding x actions plays E - x and waits (E - x)(1/phi - 1)."""
+    snapshot = dataclasses.replace(
+        make_snapshot([1.0, 1.0], now_s=1.0, obs_time_s=[1.0, 0.8]),
+        directed=np.ones(2, dtype=bool),
+    )
+    gaps = JustInTimeScheduler()._fluid_gaps(snapshot, np.array([0.8, 0.8]))
+    # Horizon 10 at 20 Hz (0.5 s); the second held 4 actions (0.2 s): 0.3 s of the chunk.
+    assert gaps.tolist() == pytest.approx([0.5 * 0.25, 0.3 * 0.25])
+
+
+def test_held_robots_of_a_near_capacity_fleet_hold_part_of_their_queue() -> None:
+    """mixed-00118 of the family's training seeds (16 robots at 50 Hz, links of 85 ms with
+    77 ms of jitter): sending once dry costs each chunk a whole round trip standing still
+    (32.7% starved); holding the actions the fluid share is worth, 23.5%, with at most 1.5
+    observations per chunk."""
+    fleet = generate_fleet("mixed", 118).fleet
+    config = SimConfig(duration_s=20.0, seed=118)
+
+    class SendOnceDry(JustInTimeScheduler):
+        def held_shares(self, snapshot: Snapshot) -> np.ndarray:
+            shares = super().held_shares(snapshot)
+            return np.where(shares < 1.0, 0.0, 1.0)
+
+    def run(scheduler: JustInTimeScheduler) -> tuple[float, float]:
+        report = simulate(fleet, scheduler, config)
+        sent = sum(r.requests_per_s for r in report.robots) * config.duration_s
+        return report.system.starvation, sent / sum(r.inferences for r in report.robots)
+
+    held, per_chunk = run(JustInTimeScheduler())
+    once_dry, _ = run(SendOnceDry())
+    assert held < once_dry - 0.05
+    assert per_chunk <= 1.5
 
 
 def test_the_mirror_carries_who_follows_directions() -> None:
@@ -77,24 +142,33 @@ def test_directed_mode_over_capacity_keeps_up_with_every_tick() -> None:
 
 
 def test_a_scheduler_failing_to_advise_leaves_robots_their_usual_lead() -> None:
-    """waits_dry is advice: a scheduler that raises there makes no robot wait dry and
-    fails no request."""
+    """held_shares is advice: a scheduler that raises there, or answers with shares out
+    of range or of the wrong length, holds no robot and fails no request."""
 
     class Raising(JustInTimeScheduler):
-        def waits_dry(self, snapshot: object) -> np.ndarray:
+        def held_shares(self, snapshot: Snapshot) -> np.ndarray:
             raise RuntimeError("boom")
 
-    async def check() -> bool:
+    class OutOfRange(JustInTimeScheduler):
+        def held_shares(self, snapshot: Snapshot) -> np.ndarray:
+            return np.full(snapshot.num_robots, -0.5)
+
+    class TooShort(JustInTimeScheduler):
+        def held_shares(self, snapshot: Snapshot) -> np.ndarray:
+            return np.zeros(snapshot.num_robots + 1)
+
+    async def check(scheduler: JustInTimeScheduler) -> float:
         loop = BatchLoop(
             executor=None,  # type: ignore[arg-type]
-            scheduler=Raising(),
+            scheduler=scheduler,
             profile=LatencyProfile({1: 0.05}),
             max_batch_size=4,
         )
         loop.mirror.add(3, RobotLimits(20.0, 1, 10, directed=True), now_s=0.0)
-        return loop.waits_dry(3)
+        return loop.held_share(3)
 
-    assert asyncio.run(check()) is False
+    for scheduler in (Raising(), OutOfRange(), TooShort()):
+        assert asyncio.run(check(scheduler)) == 1.0
 
 
 def test_a_snapshot_without_directed_robots_can_be_split_to_find_a_culprit() -> None:

@@ -761,6 +761,34 @@ def test_armory_reply_carries_chunk_start_and_next_request_index() -> None:
         assert reply.chunk_start + 8 <= reply.next_request_index <= reply.chunk_start + 9
 
 
+def test_a_directed_robot_the_scheduler_holds_is_told_to_hold_less() -> None:
+    """A directed robot the scheduler serves only part of its ticks is told the lead its
+    share is worth (here none: send once dry, at the chunk's end); a robot that is not
+    directed keeps the usual lead."""
+
+    class Holding(type(make_scheduler("max-batch"))):  # type: ignore[misc]
+        def held_shares(self, snapshot: Snapshot) -> np.ndarray:
+            directed = snapshot.directed
+            return np.full(snapshot.num_robots, 1.0 if directed is None else 0.5)
+
+    async def scenario(directed: bool) -> Reply:
+        engine = make_engine(scheduler=Holding(), directed_margin_s=0.0)
+        await engine.start()
+        try:
+            session = engine.open_session(peer="a")
+            state = armory_state("a", directed=directed)
+            return await engine.infer(
+                session, attach(make_obs(0), state), received_s=engine.clock()
+            )
+        finally:
+            await engine.stop()
+
+    held = run(lambda: scenario(True))
+    assert held.next_request_index == held.chunk_start + 10
+    free = run(lambda: scenario(False))
+    assert free.chunk_start + 8 <= free.next_request_index <= free.chunk_start + 9
+
+
 def test_new_episode_restarts_the_indices() -> None:
     """A new episode id may restart the action index at 0."""
 

@@ -204,9 +204,10 @@ class BatchLoop:
         fails with RequestTimeout (None: requests wait as long as it takes)."""
         self.observer = observer
         """Told of every decision and forward pass (metrics, decision logs)."""
-        self._waits_dry: set[int] = set()
-        """Directed robots the scheduler keeps waiting dry, as of batch ``_waits_dry_batch``."""
-        self._waits_dry_batch = -1
+        self._held_shares: dict[int, float] = {}
+        """Robots the scheduler keeps waiting dry, with the share of their ticks it means
+        to serve them, as of batch ``_held_shares_batch``."""
+        self._held_shares_batch = -1
         self._waiting: dict[int, _Request] = {}
         self._inflight: dict[int, list[_Request]] = {}
         """Requests handed to the worker, per robot (a pipelined robot may have one in the
@@ -389,19 +390,20 @@ class BatchLoop:
             self.mirror.remove(robot_id)
             self._wake.set()
 
-    def waits_dry(self, robot_id: int) -> bool:
-        """Whether the scheduler will keep this directed robot waiting with an empty queue
-        (``Scheduler.waits_dry``), asked once per batch: its next observation should then
-        be taken once its queue has run dry."""
-        if self._waits_dry_batch != self._counters.num_batches:
+    def held_share(self, robot_id: int) -> float:
+        """The share of its ticks the scheduler means to serve this directed robot,
+        below 1 where it will keep it waiting dry between chunks
+        (``Scheduler.held_shares``), asked once per batch: its next observation should then
+        be taken holding fewer actions than the usual lead, or once dry."""
+        if self._held_shares_batch != self._counters.num_batches:
             try:
-                self._waits_dry = self.step.waits_dry(self.clock())
+                self._held_shares = self.step.held_shares(self.clock())
             except Exception:
                 # Only advice: robots are then told to send with the usual lead.
-                logger.exception("the scheduler's waits_dry failed; no robot waits dry")
-                self._waits_dry = set()
-            self._waits_dry_batch = self._counters.num_batches
-        return robot_id in self._waits_dry
+                logger.exception("the scheduler's held_shares failed; no robot is held")
+                self._held_shares = {}
+            self._held_shares_batch = self._counters.num_batches
+        return self._held_shares.get(robot_id, 1.0)
 
     def stats(self) -> LoopStats:
         c, d = self._counters, self.step.counters

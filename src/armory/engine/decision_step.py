@@ -23,6 +23,8 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from armory.core.latency_profile import LatencyProfile
 from armory.engine.fault_isolation import decide_isolating
 from armory.engine.queue_mirror import QueueMirror
@@ -184,11 +186,23 @@ class DecisionStep:
         self.scheduler.on_batch_done(batch, policy_s)
         self.recent_batch_size += BATCH_SIZE_SMOOTHING * (size - self.recent_batch_size)
 
-    def waits_dry(self, now_s: float) -> set[int]:
-        """Directed robots the scheduler will keep waiting with an empty queue
-        (``Scheduler.waits_dry``): their next observation is best taken once dry."""
+    def held_shares(self, now_s: float) -> dict[int, float]:
+        """Robots the scheduler will keep waiting dry between chunks, by id, with the
+        share of their ticks it means to serve them (``Scheduler.held_shares``, below 1):
+        directed ones are told to send holding fewer actions than the usual lead, or none.
+
+        Raises ValueError when the scheduler's answer is not one share in [0, 1] per
+        robot of the snapshot."""
         snapshot = self.snapshot(now_s)
-        return set(snapshot.robot_id[self.scheduler.waits_dry(snapshot)].tolist())
+        shares = np.asarray(self.scheduler.held_shares(snapshot), dtype=np.float64)
+        if shares.shape != (snapshot.num_robots,):
+            raise ValueError(
+                f"held_shares gave shape {shares.shape} for {snapshot.num_robots} robots"
+            )
+        if not np.all((shares >= 0.0) & (shares <= 1.0)):
+            raise ValueError(f"held_shares gave shares outside [0, 1]: {shares}")
+        held = np.flatnonzero(shares < 1.0)
+        return dict(zip(snapshot.robot_id[held].tolist(), shares[held].tolist(), strict=True))
 
     def _schedule_checked(self, snapshot: Snapshot) -> Batch:
         batch = self.scheduler.schedule(snapshot)

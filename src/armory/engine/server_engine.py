@@ -417,10 +417,11 @@ class ServerEngine:
         request.session.answered(result.chunk_start)
         next_index = None
         if state is not None:
-            # A directed robot the scheduler keeps waiting dry is told to send once dry
-            # (only directed robots follow the index, so only they ask the scheduler).
-            waits = plan.limits.directed and self.loop.waits_dry(robot_id)
-            lead_s = 0.0 if waits else self._lead_s(plan)
+            # A directed robot the scheduler keeps waiting dry is told to hold fewer
+            # actions when it sends, or none (only directed robots follow the index, so
+            # only they ask the scheduler).
+            share = self.loop.held_share(robot_id) if plan.limits.directed else 1.0
+            lead_s = self._lead_s(plan, held_share=share)
             next_index = directed_send_index(result.chunk_start, plan.limits, lead_s)
         return Reply(
             actions=result.actions,
@@ -569,13 +570,14 @@ class ServerEngine:
                 holder.evict(f"replaced by a newer connection of robot {session.robot_name!r}")
         self._by_name[session.robot_name] = session
 
-    def _lead_s(self, plan: RequestPlan) -> float:
+    def _lead_s(self, plan: RequestPlan, *, held_share: float = 1.0) -> float:
         return directed_lead_s(
             plan.limits,
             self.loop.profile,
             self.loop.recent_batch_size,
             self.config.max_batch_size,
             self.config.directed_margin_s,
+            held_share=held_share,
         )
 
 

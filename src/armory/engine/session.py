@@ -246,15 +246,46 @@ def directed_lead_s(
     recent_batch_size: float,
     max_batch_size: int,
     margin_s: float,
+    *,
+    held_share: float = 1.0,
 ) -> float:
     """Seconds of motion a directed robot should still hold when it sends its next
     observation: both link delays, its own forward pass at the recent batch size and a
     margin. The scheduler has the observation in time to serve it just in time when
     the executor is free; when a batch is running it may land up to a forward pass
     late, but every chunk is computed from a fresher observation and wastes fewer
-    actions, which is worth more at capacity (docs/architecture.md, directed mode)."""
+    actions, which is worth more at capacity (docs/architecture.md, directed mode).
+
+    A robot the scheduler serves only ``held_share`` of its ticks (below 1,
+    ``Scheduler.held_shares``) holds less: :func:`held_lead_s` of that round trip."""
     batch = max(1, min(round(recent_batch_size), max_batch_size))
-    return limits.uplink_s + limits.downlink_s + profile.latency_s(batch) + margin_s
+    round_trip_s = limits.uplink_s + limits.downlink_s + profile.latency_s(batch)
+    if held_share < 1.0:
+        return held_lead_s(limits, held_share, round_trip_s)
+    return round_trip_s + margin_s
+
+
+def held_lead_s(limits: RobotLimits, share: float, round_trip_s: float) -> float:
+    """Seconds of motion a directed robot served ``share`` of its ticks should still hold
+    when it sends, for a round trip (links and its forward pass) of ``round_trip_s``.
+
+    A robot that sends holding ``x`` actions, with ``m`` ticks in its round trip, plays
+    ``E - x`` actions of each chunk (the chunk replaces the ``x`` it executes meanwhile)
+    and stands ``m - x`` ticks dry before it lands: it is served ``(E - x) / (E + m -
+    2x)`` of its ticks, from ``E / (E + m)`` (sending once dry) up to all of them
+    (sending a round trip ahead) at one chunk every ``E + m - 2x`` ticks. The ``x``
+    that serves it ``share`` needs no more chunks than that share costs:
+    ``x = m - (E - m) (1 - share) / (2 share - 1)``, rounded down to whole actions; 0
+    (send once dry) where even that serves it more than ``share``, or where a chunk is
+    worth no more than its round trip (``E <= m``: holding actions only loses them)
+    (docs/scheduling.md, "How much a held robot holds")."""
+    horizon = float(limits.max_execution_horizon)
+    round_trip_ticks = round_trip_s * limits.control_hz
+    if share <= 0.5 or horizon <= round_trip_ticks:
+        return 0.0
+    cut = (horizon - round_trip_ticks) * (1.0 - share) / (2.0 * share - 1.0)
+    held = min(round_trip_ticks, max(0.0, round_trip_ticks - cut))
+    return math.floor(held + 1e-9) / limits.control_hz
 
 
 def directed_defer_s(
@@ -275,7 +306,12 @@ def directed_defer_s(
     while it moved: a chunk from it starts that many actions back and loses them. One
     taken once dry loses nothing to further waiting (docs/scheduling.md, "A fresh
     observation once dry")."""
-    if not limits.directed or report.actions_left <= 0 or dry_s <= received_s:
+    if not limits.directed or dry_s <= received_s:
+        return None
+    # Taken holding no more than the links' round trip, the waiting observation loses
+    # less than a fresh one would cost: the robot standing dry while "deferred" goes
+    # down and the fresh observation comes up.
+    if report.actions_left <= (limits.uplink_s + limits.downlink_s) * limits.control_hz:
         return None
     if report.chunk_start == deferred_chunk_start:
         return None

@@ -33,9 +33,11 @@ class Scheduler(abc.ABC):
     def on_batch_done(self, batch: Batch, latency_s: float) -> None:  # noqa: B027
         """Called when a batch's forward pass finishes, with its measured seconds."""
 
-    def waits_dry(self, snapshot: Snapshot) -> np.ndarray:
-        """Called when chunks for directed robots are ready: per robot, whether the
-        scheduler will keep it waiting with an empty queue, so that it should send its
-        next observation only once its queue has run dry (a chunk from that observation
-        loses nothing to the wait). No robot, unless a scheduler says otherwise."""
-        return np.zeros(snapshot.num_robots, dtype=bool)
+    def held_shares(self, snapshot: Snapshot) -> np.ndarray:
+        """Called when chunks for directed robots are ready: per robot, the share of its
+        ticks the scheduler means to serve it, below 1 for a robot it will keep waiting
+        dry between chunks. The server then tells the robot to send holding fewer
+        actions than the usual lead, none at all (once dry) where the share is at most
+        what sending once dry gives (:func:`armory.engine.session.held_lead_s`). Every
+        robot in full (all ones), unless a scheduler says otherwise."""
+        return np.ones(snapshot.num_robots)

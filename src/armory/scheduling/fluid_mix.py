@@ -69,6 +69,11 @@ class FluidMix:
     held: np.ndarray
     """Per robot of the snapshot: the optimum serves it less than its round trip allows
     (the GPU, not its links and forward pass, is what it waits for)."""
+    phase_share: np.ndarray
+    """Per robot of the snapshot: the share of its ticks the optimum serves when each
+    chunk pays the ticks its round trip holds on average over the tick phase (``f l``,
+    not the fewest, ``floor(f l)``): what a robot that sends when its queue reaches a
+    given point, not at a tick a batch was planned for, can count on (0..1)."""
 
     @property
     def fits(self) -> bool:
@@ -87,7 +92,7 @@ def fluid_mix(s: Snapshot) -> FluidMix:
     # keys the memo by their latencies only.
     batch_sizes = candidate_sizes(s.latency_table_s.size - 1)
     table = np.log(s.latency_table_s[batch_sizes]) / np.log1p(TABLE_STEP)
-    sizes, share, held = _solve(
+    sizes, share, held, phase_share = _solve(
         classes,
         counts,
         tuple(batch_sizes.tolist()),
@@ -98,6 +103,7 @@ def fluid_mix(s: Snapshot) -> FluidMix:
         sizes=np.array(sizes, dtype=np.int64),
         share=np.array(share)[inverse],
         held=np.array(held)[inverse],
+        phase_share=np.array(phase_share)[inverse],
     )
 
 
@@ -221,10 +227,11 @@ def _solve(
     sizes: tuple[int, ...],
     table_steps: tuple[int, ...],
     kept_steps: tuple[int | None, ...] | None,
-) -> tuple[tuple[int, ...], tuple[float, ...], tuple[bool, ...]]:
+) -> tuple[tuple[int, ...], tuple[float, ...], tuple[bool, ...], tuple[float, ...]]:
     """The fluid optimum of robot classes (rows of rate, horizon, link step, weight) and
     ``counts`` robots each, batches of ``sizes`` taking ``table_steps`` (latencies in
-    steps of ``TABLE_STEP``); returns the sizes it uses and each class's share and held."""
+    steps of ``TABLE_STEP``); returns the sizes it uses and each class's share, held and
+    share at the phase-averaged tick charge (:class:`FluidMix`)."""
     keys = np.array(classes, dtype=np.float64)
     control_hz, horizon, weight = keys[:, 0], keys[:, 1], keys[:, 3]
     delay_s = link_of_step(keys[:, 2])
@@ -255,10 +262,17 @@ def _solve(
     # can hold, and those it uses when it pays the ticks expected at a random phase
     # (more, so smaller batches can win).
     used = batch_sizes[np.union1d(*(_used(solution) for solution in solutions))]
-    share = np.clip(solutions[0].actions_per_s / control_hz, 0.0, 1.0)
+    share, phase_share = (
+        np.clip(solution.actions_per_s / control_hz, 0.0, 1.0) for solution in solutions
+    )
     # latency_s[0] is a batch of one (every candidate list starts there).
     held = share < round_trip_share(control_hz, horizon, delay_s + latency_s[0]) - 1e-6
-    return tuple(int(b) for b in used), tuple(float(x) for x in share), tuple(held.tolist())
+    return (
+        tuple(int(b) for b in used),
+        tuple(float(x) for x in share),
+        tuple(held.tolist()),
+        tuple(float(x) for x in phase_share),
+    )
 
 
 def round_trip_share(

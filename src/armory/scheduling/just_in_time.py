@@ -16,8 +16,8 @@ says: with every robot streaming (``fluid-share``), each robot's due time moves 
 the dry wait that serves it the share of its ticks the optimum serves, and the rule
 above runs on the moved times; otherwise robots are ranked by the weighted actions a
 chunk adds, at batch sizes the optimum uses (``overload``).
-Directed robots the scheduler keeps waiting dry are told to send once dry
-(:meth:`JustInTimeScheduler.waits_dry`).
+Directed robots the scheduler keeps waiting dry are told to send holding fewer actions,
+or once dry (:meth:`JustInTimeScheduler.held_shares`).
 
 Every batch names its rule (:data:`RULES`); docs/scheduling.md gives the reasoning,
 the ablation of each rule and the measured results.
@@ -265,29 +265,39 @@ class JustInTimeScheduler(Scheduler):
     def _fluid_gaps(self, s: Snapshot, share: np.ndarray) -> np.ndarray:
         """Per robot: how long after its queue runs dry its next chunk is due, so that
         it is served the ``share`` of its ticks the fluid optimum serves (a robot served
-        a share phi of its ticks plays a chunk, then waits ``chunk (1/phi - 1)``)."""
+        a share phi of its ticks plays a chunk, then waits ``chunk (1/phi - 1)``; one
+        whose chunk replaces the ``x`` actions it held at its observation plays ``E - x``
+        of it and waits ``(E - x) / f (1/phi - 1)``)."""
         chunk_s = s.chunk_seconds()
-        waits = chunk_s * (1.0 / np.maximum(share, 1e-6) - 1.0)
         # Only a robot that keeps sending observations can wait dry and still be served
         # from a fresh one; a robot that asks once and waits would be served a stale one.
         age_s = s.now_s - s.obs_time_s
         streams = age_s <= 2.0 / s.control_hz + 2.0 * s.downlink_s + self.margin_s
-        # So can a directed robot whose observation was taken once its queue ran dry: its
-        # action index stands still while it waits, and the chunk loses nothing. (A
-        # threshold client would count the wait into its round trip and ask earlier.)
-        held_dry = _directed(s) & (s.obs_time_s >= s.deadline_s - 1e-9)
-        waits_ok = np.full(s.num_robots, bool(streams.all())) | held_dry
+        # So can a directed robot: the server told it what to hold when it sends (once
+        # dry: its action index stands still while it waits, and the chunk loses
+        # nothing), and what it held is lost to each chunk alike. (A threshold client
+        # would count the wait into its round trip and ask earlier.)
+        directed = _directed(s)
+        held_s = np.where(directed, np.clip(s.deadline_s - s.obs_time_s, 0.0, chunk_s), 0.0)
+        waits = (chunk_s - held_s) * (1.0 / np.maximum(share, 1e-6) - 1.0)
+        waits_ok = np.full(s.num_robots, bool(streams.all())) | directed
         return np.where((share >= _IN_FULL) | ~waits_ok, 0.0, np.minimum(waits, _NEVER_S))
 
-    def waits_dry(self, snapshot: Snapshot) -> np.ndarray:
-        """Directed robots the fluid optimum serves less than in full: over capacity
-        fluid-share keeps them waiting dry, and a robot whose round trip holds more ticks
-        than its chunk is worth serving only from an observation taken once dry; either
-        way they should send once dry."""
+    def held_shares(self, snapshot: Snapshot) -> np.ndarray:
+        """Directed robots the fluid optimum serves less than in full (over capacity
+        fluid-share keeps them waiting dry; a robot whose round trip holds more ticks
+        than its chunk is worth serving only from an observation taken once dry): the
+        share of their ticks the optimum serves when each chunk pays the ticks its round
+        trip holds on average (such a robot sends at a point of its queue, not at a tick
+        a batch was planned for: :attr:`~armory.scheduling.fluid_mix.FluidMix.phase_share`);
+        1 for every other robot."""
         s = snapshot
+        shares = np.ones(s.num_robots)
         if not self._on("fluid-share") or not _directed(s).any() or surely_fits(s):
-            return np.zeros(s.num_robots, dtype=bool)
-        return _directed(s) & (fluid_mix(s).share < _IN_FULL)
+            return shares
+        mix = fluid_mix(s)
+        held = _directed(s) & (mix.share < _IN_FULL)
+        return np.where(held, np.minimum(mix.phase_share, 1.0), shares)
 
     def _overloaded(self, s: Snapshot, sizes_used: np.ndarray) -> Batch:
         """The batch, of a size the fluid optimum uses, that buys the most weighted

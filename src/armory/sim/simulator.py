@@ -285,31 +285,33 @@ class Simulator:
         batch, latency_s, chunks = payload
         self._gpu_busy = False
         self.step.batch_done(batch, latency_s)
-        waits_dry = self._waits_dry(t_s)
+        held_shares = self._held_shares(t_s)
         for i, start, obs_time_s in chunks:
             robot = self.robots[i]
             land_s = t_s + self._delay_s(robot.spec.downlink)
             send_index = None
             if self.fleet.request_mode == "directed":
-                # A robot the scheduler keeps waiting dry sends once dry (lead 0).
-                lead_s = 0.0 if i in waits_dry else self._directed_lead_s(i)
+                # A robot the scheduler keeps waiting dry holds fewer actions, or none.
+                lead_s = self._directed_lead_s(i, held_shares.get(i, 1.0))
                 send_index = directed_send_index(start, self._limits[i], lead_s)
             self._push(land_s, _Event.LAND, (i, start, obs_time_s, send_index))
         self._try_schedule(t_s)
 
-    def _waits_dry(self, now_s: float) -> set[int]:
-        """Directed robots the scheduler will keep waiting dry (none in other modes)."""
+    def _held_shares(self, now_s: float) -> dict[int, float]:
+        """Directed robots the scheduler will keep waiting dry, with the share of their
+        ticks it means to serve them (none in other modes)."""
         if self.fleet.request_mode != "directed":
-            return set()
-        return self.step.waits_dry(now_s)
+            return {}
+        return self.step.held_shares(now_s)
 
-    def _directed_lead_s(self, i: int) -> float:
+    def _directed_lead_s(self, i: int, held_share: float) -> float:
         return directed_lead_s(
             self._limits[i],
             self.server_profile,
             self.step.recent_batch_size,
             self.fleet.max_batch_size,
             self.fleet.threshold_margin_s,
+            held_share=held_share,
         )
 
 
