@@ -10,6 +10,8 @@ import dataclasses
 import numpy as np
 import pytest
 from factories import make_snapshot
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from armory.core.latency_profile import LatencyProfile
 from armory.engine.batch_loop import BatchLoop
@@ -70,6 +72,29 @@ def test_a_held_robot_holds_what_its_share_is_worth() -> None:
     linked = dataclasses.replace(limits, uplink_s=0.05, downlink_s=0.05)
     assert directed_lead_s(linked, profile, 1.0, 4, 0.05) == pytest.approx(0.45)
     assert directed_lead_s(linked, profile, 1.0, 4, 0.05, held_share=0.8) == pytest.approx(0.2)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    control_hz=st.floats(1.0, 100.0),
+    horizon=st.integers(1, 60),
+    round_trip_s=st.floats(0.0, 1.0),
+    shares=st.lists(st.floats(0.0, 1.0), min_size=2, max_size=2),
+)
+def test_a_held_lead_lies_between_once_dry_and_the_round_trip_and_grows_with_the_share(
+    control_hz: float, horizon: int, round_trip_s: float, shares: list[float]
+) -> None:
+    """Whatever the robot and share: whole actions, never negative, never more than the
+    round trip (nor the horizon), and a larger share never holds less."""
+    limits = RobotLimits(control_hz, 1, horizon, directed=True)
+    low, high = sorted(shares)
+    leads = [held_lead_s(limits, share, round_trip_s) for share in (low, high)]
+    for lead_s in leads:
+        actions = lead_s * control_hz
+        assert actions == pytest.approx(round(actions), abs=1e-6)
+        assert 0.0 <= lead_s <= round_trip_s + 1e-9
+        assert actions <= horizon
+    assert leads[0] <= leads[1] + 1e-12
 
 
 def test_a_held_directed_robot_waits_what_its_observation_leaves_of_the_chunk() -> None:
