@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from armory.core.latency_profile import LatencyProfile
 from armory.engine.batch_loop import BatchLoop
+from armory.engine.decision_step import DecisionStep
 from armory.engine.fault_isolation import subset
 from armory.engine.queue_mirror import QueueMirror, QueueReport, RobotLimits
 from armory.engine.session import directed_lead_s, held_lead_s
@@ -194,6 +195,13 @@ def test_a_scheduler_failing_to_advise_leaves_robots_their_usual_lead() -> None:
 
     for scheduler in (Raising(), OutOfRange(), TooShort()):
         assert asyncio.run(check(scheduler)) == 1.0
+    # What the log says names the robot and the share.
+    mirror = QueueMirror()
+    mirror.add(3, RobotLimits(20.0, 1, 10, directed=True), now_s=0.0)
+    mirror.observe(3, QueueReport(0, 0), 0.0)
+    step = DecisionStep(mirror, OutOfRange(), LatencyProfile({1: 0.05}), max_batch_size=4)
+    with pytest.raises(ValueError, match=r"1 shares outside \[0, 1\], robot 3's -0.5"):
+        step.held_shares(0.0)
 
 
 def test_a_snapshot_without_directed_robots_can_be_split_to_find_a_culprit() -> None:

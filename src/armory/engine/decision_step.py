@@ -199,8 +199,12 @@ class DecisionStep:
             raise ValueError(
                 f"held_shares gave shape {shares.shape} for {snapshot.num_robots} robots"
             )
-        if not np.all((shares >= 0.0) & (shares <= 1.0)):
-            raise ValueError(f"held_shares gave shares outside [0, 1]: {shares}")
+        bad = ~((shares >= 0.0) & (shares <= 1.0))
+        if bad.any():
+            raise ValueError(
+                f"held_shares gave {int(bad.sum())} shares outside [0, 1], "
+                f"robot {int(snapshot.robot_id[bad][0])}'s {float(shares[bad][0])}"
+            )
         held = np.flatnonzero(shares < 1.0)
         return dict(zip(snapshot.robot_id[held].tolist(), shares[held].tolist(), strict=True))
 
