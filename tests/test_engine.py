@@ -24,6 +24,7 @@ from armory.engine.server_engine import Reply, ServerEngine
 from armory.engine.session import RequestPlan, Session, directed_lead_s, directed_send_index
 from armory.policies.base import Policy, PolicyMetadata
 from armory.scheduling.base import Scheduler
+from armory.scheduling.max_batch import MaxBatchScheduler
 from armory.scheduling.registry import make_scheduler
 from armory.scheduling.snapshot import Batch, Snapshot
 
@@ -766,7 +767,7 @@ def test_a_directed_robot_the_scheduler_holds_is_told_to_hold_less() -> None:
     share is worth (here none: send once dry, at the chunk's end); a robot that is not
     directed keeps the usual lead."""
 
-    class Holding(type(make_scheduler("max-batch"))):  # type: ignore[misc]
+    class Holding(MaxBatchScheduler):
         def held_shares(self, snapshot: Snapshot) -> np.ndarray:
             directed = snapshot.directed
             return np.full(snapshot.num_robots, 1.0 if directed is None else 0.5)

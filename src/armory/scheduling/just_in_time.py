@@ -297,7 +297,7 @@ class JustInTimeScheduler(Scheduler):
             return shares
         mix = fluid_mix(s)
         held = _directed(s) & (mix.share < _IN_FULL)
-        return np.where(held, np.minimum(mix.phase_share, 1.0), shares)
+        return np.where(held, mix.phase_share, shares)
 
     def _overloaded(self, s: Snapshot, sizes_used: np.ndarray) -> Batch:
         """The batch, of a size the fluid optimum uses, that buys the most weighted
