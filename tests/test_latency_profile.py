@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from armory.core.latency_profile import (
     LatencyProfile,
@@ -199,7 +201,7 @@ def test_table_is_read_only_and_follows_what_the_profile_learns() -> None:
         table[1] = 1.0
     for _ in range(3):
         profile.observe(1, 0.2)
-    np.testing.assert_allclose(profile.table(3), [0.0, 0.2, 0.25, 0.3])
+    np.testing.assert_allclose(profile.table(3), [0.0, 0.2, 0.2, 0.3])
     np.testing.assert_allclose(table, [0.0, 0.1, 0.2, 0.3])
 
 
@@ -236,22 +238,115 @@ def test_the_estimate_is_the_median_of_the_window() -> None:
     assert profile.latency_s(1) == pytest.approx(0.2)
 
 
-def test_sizes_without_samples_keep_their_configured_value() -> None:
-    """Observing size 1 leaves size 3 as configured and re-interpolates size 2."""
+def test_the_size_past_a_single_measured_one_takes_its_time_until_run() -> None:
+    """Size 1 measured twice as slow as configured: nothing yet says how the time grows
+    with the batch, so size 2 is estimated at size 1's 0.2 s (a larger batch never takes
+    less) until the scheduler runs it and learns; sizes beyond take the lesser of the
+    configured curve and the same curve twice as slow."""
     profile = make_profile({1: 0.1, 3: 0.3})
     profile.observe(1, 0.2)
-    assert profile.latency_s(1) == pytest.approx(0.2)
-    assert profile.latency_s(3) == pytest.approx(0.3)
-    assert profile.latency_s(2) == pytest.approx(0.25)
+    assert [profile.latency_s(b) for b in (1, 2, 3, 10)] == pytest.approx([0.2, 0.2, 0.3, 1.0])
+    profile.observe(3, 0.5)
+    assert profile.latency_s(2) == pytest.approx(0.35)
+    # Past size 3 the configured curve (0.4 s at 4) is the cheapest guess, under the
+    # measured line continued (0.65 s) and the curve scaled as size 3 says (0.67 s), but
+    # no less than size 3's own 0.5 s.
+    assert profile.latency_s(4) == pytest.approx(0.5)
+    assert profile.latency_s(6) == pytest.approx(0.6)
 
 
-def test_observed_size_past_the_points_extends_the_curve() -> None:
-    """A sample at size 4 becomes a point; size 3 interpolates towards it."""
+def test_a_single_configured_point_does_not_hold_the_batch_to_one() -> None:
+    """A worker policy declares its backend's time at size 1 only, and the profile
+    stretches it in proportion (no gain from batching). Once size 1 is measured, size 2
+    costs what size 1 does until it is run; then the line through both holds."""
+    profile = make_profile({1: 0.05})
+    profile.observe(1, 0.05)
+    assert profile.latency_s(2) == pytest.approx(0.05)
+    assert profile.latency_s(3) == pytest.approx(0.15)
+    profile.observe(2, 0.055)
+    assert [profile.latency_s(b) for b in (3, 8)] == pytest.approx([0.06, 0.085])
+
+
+def test_configured_points_follow_a_faster_gpu() -> None:
+    """A GPU 20 times faster than the configured preset, measured at sizes 1-3: size 4
+    (configured at 250 ms) is estimated along what was measured, not left at 250 ms,
+    where a scheduler would never try it and never learn it."""
+    profile = LatencyProfile.from_preset("l40s-pi05")
+    for size, seconds in ((1, 0.010), (2, 0.012), (3, 0.014)):
+        profile.observe(size, seconds)
+    # The measured curve continued: 14 ms + 2 ms per robot past size 3.
+    assert profile.latency_s(4) == pytest.approx(0.016)
+    assert profile.latency_s(8) == pytest.approx(0.024)
+    assert profile.points()[4] == pytest.approx(0.016)
+
+
+def test_configured_points_between_measured_sizes_give_way() -> None:
+    """Between two measured sizes the line through them holds, whatever was configured
+    in between."""
+    profile = make_profile({1: 0.1, 2: 0.2, 4: 0.4})
+    profile.observe(1, 0.1)
+    profile.observe(4, 0.2)
+    assert profile.latency_s(2) == pytest.approx(0.1 + 0.1 / 3)
+    assert profile.latency_s(3) == pytest.approx(0.1 + 0.2 / 3)
+
+
+def test_around_a_single_measured_size_the_lesser_of_two_curves() -> None:
+    """Measured at size 4 only, 25% slower than configured: on either side the configured
+    curve and the same curve 25% slower are both plausible, and the less is taken (the
+    next size up, size 4's own time)."""
     profile = make_profile({1: 0.1, 2: 0.2})
     profile.observe(4, 0.5)
     assert profile.points() == pytest.approx({1: 0.1, 2: 0.2, 4: 0.5})
-    assert profile.latency_s(3) == pytest.approx(0.35)
-    assert profile.latency_s(6) == pytest.approx(0.8)
+    assert profile.latency_s(3) == pytest.approx(0.3)
+    assert profile.latency_s(5) == pytest.approx(0.5)
+    assert profile.latency_s(6) == pytest.approx(0.6)
+
+
+def test_past_the_measured_sizes_never_below_the_largest() -> None:
+    """A larger batch is never estimated faster than a measured smaller one, though the
+    measured medians fall (noise) and the configured curve says less."""
+    profile = make_profile({1: 0.1})
+    profile.observe(1, 0.1)
+    profile.observe(2, 0.09)
+    profile.observe(3, 0.08)
+    assert [profile.latency_s(b) for b in (4, 10, 100)] == pytest.approx([0.08, 0.08, 0.08])
+    fast = make_profile({1: 0.01, 2: 0.02})
+    fast.observe(2, 0.05)
+    assert fast.latency_s(3) == pytest.approx(0.05)
+
+
+def test_below_the_measured_sizes_never_above_the_smallest() -> None:
+    """A smaller batch is never estimated slower than a measured larger one: measured
+    four times faster at size 8, size 1 is the configured 0.1 s scaled alike."""
+    profile = make_profile({1: 0.1, 8: 0.8})
+    profile.observe(8, 0.2)
+    assert profile.latency_s(1) == pytest.approx(0.025)
+    slow = make_profile({1: 0.1, 2: 0.2})
+    slow.observe(2, 0.05)
+    assert slow.latency_s(1) == pytest.approx(0.025)
+
+
+@given(
+    configured=st.dictionaries(st.integers(1, 16), st.floats(0.001, 1.0), min_size=1, max_size=5),
+    measured=st.dictionaries(st.integers(1, 16), st.floats(0.001, 1.0), max_size=6),
+)
+def test_estimates_stay_within_the_measured_neighbours(
+    configured: dict[int, float], measured: dict[int, float]
+) -> None:
+    """Every size's estimate is positive and finite, a measured size's is its sample, a
+    size past the measured ones is at least the largest measured size's, and one before
+    them at most the smallest measured size's."""
+    profile = LatencyProfile(configured)
+    for size, seconds in measured.items():
+        profile.observe(size, seconds)
+    table = profile.table(24)
+    assert np.all(np.isfinite(table[1:])) and np.all(table[1:] > 0)
+    for size, seconds in measured.items():
+        assert table[size] == seconds
+    if measured:
+        first, last = min(measured), max(measured)
+        assert np.all(table[last + 1 :] >= measured[last])
+        assert np.all(table[1:first] <= measured[first])
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from armory.core.latency_profile import LinearProfileConfig
 from armory.fleet_spec import DelaySpec, FleetSpec, RequestMode, RobotGroup
 from armory.report import SimReport, startup_s
 from armory.scheduling.base import Scheduler
@@ -313,3 +314,22 @@ def test_report_fields_are_consistent(name: str, request_mode: RequestMode) -> N
     # Every action comes from an observation at least one forward pass plus the links old.
     assert system.mean_age_s >= 0.070 + 0.006
     assert system.bound_starvation is None
+
+
+@pytest.mark.parametrize("request_mode", ["every-tick", "threshold"])
+def test_a_server_seeded_for_a_slower_gpu_learns_to_batch(request_mode: RequestMode) -> None:
+    """64 robots at 25 Hz on a GPU of 20 ms + 2 ms per robot, served by a server that
+    starts from the l40s-pi05 preset (70 ms alone, 250 ms at four, 55 ms per robot
+    more): it measures the small batches, and sizes it has not run follow what it
+    measured, not the preset, so it batches as a server seeded with the GPU's own
+    profile does and nobody starves (a preset point left standing at 250 ms would keep
+    it to single robots, 70% of ticks starved)."""
+    fleet = dataclasses.replace(
+        make_fleet(num_robots=64, control_hz=25.0, max_batch_size=16, request_mode=request_mode),
+        latency_profile="linear",
+        linear=LinearProfileConfig(intercept_s=0.02, slope_s=0.002),
+    )
+    config = SimConfig(duration_s=10.0, seed=1, server_latency_profile="l40s-pi05")
+    report = simulate(fleet, make_scheduler("just-in-time"), config)
+    assert report.system.starvation < 0.005
+    assert report.system.mean_batch_size > 2.5

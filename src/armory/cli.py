@@ -27,6 +27,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from armory.cli_text import tyro_text
 from armory.core.errors import PolicyError
+from armory.core.latency_profile import check_profile_name
 from armory.core.stop_signals import wait_for_stop
 from armory.engine.config import ServerConfig
 from armory.eval.command import Eval, EvalError
@@ -150,6 +151,10 @@ class Simulate:
     """GPUs, each its own server (mirror, scheduler, decision step); robots are placed
     across them by --placement (docs/scale-out.md)."""
     placement: Annotated[str, tyro.conf.arg(help=f"With --gpus > 1: {_PLACEMENTS}.")] = "fluid"
+    server_latency_profile: str | None = None
+    """The latency profile the server starts from and learns (a preset or a profile file),
+    where it is not the fleet's GPU: a server seeded for another GPU. Default: the
+    fleet's own profile."""
     scheduler_options: SchedulerOptionsArg = SchedulerOptions()
 
     def run(self) -> int:
@@ -160,6 +165,8 @@ class Simulate:
                 raise ValueError(f"--gpus must be >= 1, got {self.gpus}")
             check_placement_name(self.placement)
             _check_seed(self.seed)
+            if self.server_latency_profile is not None:
+                check_profile_name(self.server_latency_profile)
             scheduler_config = self.scheduler_options.config(self.scheduler, self.seed)
             scheduler = make_scheduler(scheduler_config)
             fleet = sweep.read_fleet(self.fleet)
@@ -168,6 +175,7 @@ class Simulate:
             seed=self.seed,
             charge_decision_time=self.charge_decision_time,
             explain=self.explain,
+            server_latency_profile=self.server_latency_profile,
         )
         if self.gpus > 1:
             with _usage_errors():

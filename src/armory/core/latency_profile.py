@@ -6,8 +6,24 @@ along the last segment (or, with a single point, proportionally to ``b``).
 
 The engine feeds every measured batch into :meth:`LatencyProfile.observe`. Each
 batch size keeps a short window of recent samples and its estimate is their
-median, so a single stall (a garbage collection, a page fault) does not move it;
-a size with no samples yet keeps its configured value.
+median, so a single stall (a garbage collection, a page fault) does not move it.
+
+Once any size is measured, the configured curve is a guess (often from another GPU,
+or one point stretched in proportion) and the measurements are the evidence:
+
+- between two measured sizes, the line through their medians;
+- past the largest measured size, the least of three plausible curves: the configured
+  one, the configured one scaled as the largest measured size says (its median over
+  the configured value), and the measured curve continued (along the secant over the
+  upper half of the measured sizes; from a single one, to the next size only, flat);
+  never less than the largest measured size takes;
+- below the smallest measured size, the least of the configured curve, it scaled as
+  that size says, and that size's own time.
+
+A size is never guessed dearer than plausible: a guess too cheap is corrected by the
+first batch of that size the scheduler runs, one too dear would keep the scheduler
+from ever running it (a server started from the ``l40s-pi05`` preset, 250 ms at four
+robots, on a GPU that takes 20 ms, would otherwise keep to single robots for good).
 """
 
 from __future__ import annotations
@@ -112,9 +128,9 @@ class LatencyProfile:
         """Seconds one forward pass of ``batch_size`` robots is expected to take."""
         if batch_size < 1:
             raise ValueError(f"batch size must be >= 1, got {batch_size}")
-        if batch_size < len(self._table):
-            return self._table[batch_size]
-        return self._extrapolate(batch_size)
+        if batch_size < self._table.size:
+            return float(self._table[batch_size])
+        return float(self._estimates(np.array([batch_size]))[0])
 
     def table(self, max_batch_size: int) -> np.ndarray:
         """Latencies for sizes ``0..max_batch_size`` (entry 0 is 0.0), for vector code.
@@ -123,17 +139,18 @@ class LatencyProfile:
         it at every decision)."""
         table = self._tables.get(max_batch_size)
         if table is None:
-            table = np.array(
-                [0.0] + [self.latency_s(b) for b in range(1, max_batch_size + 1)],
-                dtype=np.float64,
-            )
+            table = self._table[: max_batch_size + 1].copy()
+            if max_batch_size >= self._table.size:
+                beyond = np.arange(self._table.size, max_batch_size + 1)
+                table = np.concatenate([table, self._estimates(beyond)])
             table.flags.writeable = False
             self._tables[max_batch_size] = table
         return table
 
     def points(self) -> dict[int, float]:
         """The current estimate at every size that has a configured point or a sample."""
-        return dict(zip(self._sizes, self._seconds, strict=True))
+        estimates = self._estimates(np.array(self._sizes))
+        return dict(zip(self._sizes, estimates.tolist(), strict=True))
 
     # ---- learning ------------------------------------------------------
 
@@ -151,34 +168,71 @@ class LatencyProfile:
     # ---- internals -----------------------------------------------------
 
     def _rebuild(self) -> None:
-        merged = {**self._configured, **self._medians}
-        self._sizes = sorted(merged)
-        self._seconds = [merged[b] for b in self._sizes]
+        self._sizes = sorted({*self._configured, *self._medians})
+        seed_sizes = sorted(self._configured)
+        self._seed_sizes = np.array(seed_sizes, dtype=np.float64)
+        self._seed_seconds = np.array([self._configured[b] for b in seed_sizes])
+        measured = sorted(self._medians)
+        self._measured = np.array(measured, dtype=np.float64)
+        self._measured_s = np.array([self._medians[b] for b in measured])
+        if measured:
+            # How much slower than configured the smallest and the largest measured sizes
+            # run, and the measured curve's slope past the largest: the secant over the
+            # upper half of the measured sizes (one median is noisy, two neighbours' slope
+            # more so); none from a single measured size.
+            sizes, seconds = measured, self._measured_s
+            at_ends = self._configured_s(self._measured[[0, -1]])
+            self._scale_below = seconds[0] / at_ends[0]
+            self._scale_above = seconds[-1] / at_ends[1]
+            self._slope_above: float | None = None
+            if len(sizes) >= 2:
+                j = min(max(bisect.bisect_right(sizes, sizes[-1] / 2) - 1, 0), len(sizes) - 2)
+                rise = seconds[-1] - seconds[j]
+                self._slope_above = max(float(rise) / (sizes[-1] - sizes[j]), 0.0)
         top = max(self._sizes[-1], 1)
-        self._table = [0.0] + [self._interpolate(b) for b in range(1, top + 1)]
+        table = np.concatenate([[0.0], self._estimates(np.arange(1, top + 1))])
+        table.flags.writeable = False
+        self._table = table
         self._tables.clear()
 
-    def _interpolate(self, b: int) -> float:
-        sizes, seconds = self._sizes, self._seconds
-        if len(sizes) == 1:
-            return seconds[0] * b / sizes[0]
-        i = bisect.bisect_left(sizes, b)
-        if i < len(sizes) and sizes[i] == b:
-            return seconds[i]
-        if i == 0:  # below the first point: extend the first segment, floor at a fraction
-            lo, hi = 0, 1
-        elif i == len(sizes):
-            return self._extrapolate(b)
+    def _estimates(self, b: np.ndarray) -> np.ndarray:
+        """Seconds at sizes ``b``: a measured size's median, the line between the measured
+        sizes around it, else the least of the plausible guesses (the module docstring)."""
+        b = b.astype(np.float64)
+        configured = self._configured_s(b)
+        sizes, seconds = self._measured, self._measured_s
+        if not sizes.size:
+            return configured
+        # Between (and at) measured sizes: the line through their medians.
+        estimate = np.interp(b, sizes, seconds)
+        # Below them: no dearer than the smallest measured size takes.
+        below = b < sizes[0]
+        estimate[below] = np.minimum(
+            np.minimum(configured[below], configured[below] * self._scale_below), seconds[0]
+        )
+        # Past them: the measured curve continued (from a single measured size, to the next
+        # size only, flat), no less than the largest measured size takes.
+        above = b > sizes[-1]
+        guess = np.minimum(configured[above], configured[above] * self._scale_above)
+        if self._slope_above is not None:
+            guess = np.minimum(guess, seconds[-1] + self._slope_above * (b[above] - sizes[-1]))
         else:
-            lo, hi = i - 1, i
-        b0, b1, s0, s1 = sizes[lo], sizes[hi], seconds[lo], seconds[hi]
-        value = s0 + (s1 - s0) * (b - b0) / (b1 - b0)
-        return max(value, 0.1 * s0)
+            guess[b[above] == sizes[-1] + 1] = seconds[-1]
+        estimate[above] = np.maximum(guess, seconds[-1])
+        return estimate
 
-    def _extrapolate(self, b: int) -> float:
-        sizes, seconds = self._sizes, self._seconds
-        if len(sizes) == 1:
+    def _configured_s(self, b: np.ndarray) -> np.ndarray:
+        """The configured curve at sizes ``b``: its points, the line between the two around
+        each size, or past its ends the end segment continued (past the last, never
+        falling; before the first, no lower than a tenth of the first point)."""
+        sizes, seconds = self._seed_sizes, self._seed_seconds
+        if sizes.size == 1:
             return seconds[0] * b / sizes[0]
-        b0, b1, s0, s1 = sizes[-2], sizes[-1], seconds[-2], seconds[-1]
-        slope = max((s1 - s0) / (b1 - b0), 0.0)
-        return s1 + slope * (b - b1)
+        curve = np.interp(b, sizes, seconds)
+        first = b < sizes[0]
+        slope = (seconds[1] - seconds[0]) / (sizes[1] - sizes[0])
+        curve[first] = np.maximum(seconds[0] + slope * (b[first] - sizes[0]), 0.1 * seconds[0])
+        last = b > sizes[-1]
+        slope = max((seconds[-1] - seconds[-2]) / (sizes[-1] - sizes[-2]), 0.0)
+        curve[last] = seconds[-1] + slope * (b[last] - sizes[-1])
+        return curve

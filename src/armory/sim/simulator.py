@@ -22,6 +22,7 @@ from enum import IntEnum
 
 import numpy as np
 
+from armory.core.latency_profile import LatencyProfile
 from armory.engine.decision_step import DecisionStep
 from armory.engine.queue_mirror import NO_CHUNK, QueueMirror, QueueReport, RobotLimits
 from armory.engine.session import directed_defer_s, directed_lead_s, directed_send_index
@@ -58,6 +59,10 @@ class SimConfig:
     explain: bool = False
     """Also count what each rule of the scheduler changed against its base rule alone
     (:mod:`armory.scheduling.rule_changes`; doubles the scheduler's work, not its timing)."""
+    server_latency_profile: str | None = None
+    """The profile the server starts from and learns (a preset name or a profile file),
+    where it is not the fleet's own GPU: a server seeded for another GPU, as
+    ``armory serve --server.latency-profile`` seeds it (None: the fleet's profile)."""
 
 
 class Simulator:
@@ -76,10 +81,15 @@ class Simulator:
             end_s = phase_s + startup_s(fleet, spec)
             self.robots.append(SimRobot(spec, phase_s=phase_s, startup_end_s=end_s))
         self._true_profile = fleet.profile()
+        seed_profile = (
+            fleet.profile()
+            if config.server_latency_profile is None
+            else LatencyProfile.from_preset(config.server_latency_profile)
+        )
         self.step = DecisionStep(
             QueueMirror(capacity=len(specs)),
             scheduler,
-            fleet.profile(),
+            seed_profile,
             max_batch_size=fleet.max_batch_size,
             check_invariants=config.check_invariants,
             isolate_faults=False,  # a scheduler that fails here is a bug to see
