@@ -147,17 +147,18 @@ def test_sub_fleet_keeps_group_order_and_counts() -> None:
 
 def test_k_gpus_serve_every_robot_and_report_each_gpu() -> None:
     """Two GPUs: every robot appears once in the report, in fleet order, the GPUs'
-    robot counts add up, and fluid starves no more than random."""
+    robot counts add up, and fluid starves no more than random over four arrival orders
+    (one order's few starved ticks either way are the draw's)."""
     fleet = _fleet(6, 10)
-    config = SimConfig(duration_s=5.0, seed=1)
-    runs = {
-        name: simulate_gpus(fleet, SchedulerConfig(), config, num_gpus=2, placement=name)
-        for name in ("random", "fluid")
-    }
-    for run in runs.values():
-        assert [r.id for r in run.report.robots] == [s.robot_id for s in fleet.robot_specs()]
-        assert sum(g.num_robots for g in run.gpus) == fleet.num_robots
-    assert runs["fluid"].num_starved_ticks <= runs["random"].num_starved_ticks
+    starved = {"random": 0, "fluid": 0}
+    for seed in range(1, 5):
+        config = SimConfig(duration_s=5.0, seed=seed)
+        for name in starved:
+            run = simulate_gpus(fleet, SchedulerConfig(), config, num_gpus=2, placement=name)
+            assert [r.id for r in run.report.robots] == [s.robot_id for s in fleet.robot_specs()]
+            assert sum(g.num_robots for g in run.gpus) == fleet.num_robots
+            starved[name] += run.num_starved_ticks
+    assert starved["fluid"] <= starved["random"]
 
 
 def test_the_bound_on_k_gpus_holds_for_every_placement_and_falls_with_k() -> None:
