@@ -20,9 +20,9 @@ or one point stretched in proportion) and the measurements are the evidence:
 - below the smallest measured size, the least of the configured curve, it scaled as
   that size says, and that size's own time.
 
-A size is never guessed dearer than plausible: a guess too cheap is corrected by the
-first batch of that size the scheduler runs, one too dear would keep the scheduler
-from ever running it (a server started from the ``l40s-pi05`` preset, 250 ms at four
+A size not yet run is guessed at the cheapest plausible time: a guess too cheap is
+corrected by the first batch of that size the scheduler runs, one too dear would keep
+the scheduler from ever running it (a server started from the ``l40s-pi05`` preset, 250 ms at four
 robots, on a GPU that takes 20 ms, would otherwise keep to single robots for good).
 """
 
