@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from armory.core.latency_profile import (
@@ -326,6 +326,7 @@ def test_below_the_measured_sizes_never_above_the_smallest() -> None:
     assert slow.latency_s(1) == pytest.approx(0.025)
 
 
+@settings(max_examples=200, deadline=None)
 @given(
     configured=st.dictionaries(st.integers(1, 16), st.floats(0.001, 1.0), min_size=1, max_size=5),
     measured=st.dictionaries(st.integers(1, 16), st.floats(0.001, 1.0), max_size=6),
