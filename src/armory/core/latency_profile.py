@@ -112,6 +112,9 @@ class LatencyProfile:
                     f"latency must be positive and finite, got {seconds!r} for batch size {size}"
                 )
         self._configured = {int(b): float(s) for b, s in points.items()}
+        seed_sizes = sorted(self._configured)
+        self._seed_sizes = np.array(seed_sizes, dtype=np.float64)
+        self._seed_seconds = np.array([self._configured[b] for b in seed_sizes])
         self._window = window
         self._samples: dict[int, deque[float]] = {}
         self._medians: dict[int, float] = {}
@@ -168,29 +171,28 @@ class LatencyProfile:
     # ---- internals -----------------------------------------------------
 
     def _rebuild(self) -> None:
+        """Recompute the table after a median changed (the configured curve never does)."""
         self._sizes = sorted({*self._configured, *self._medians})
-        seed_sizes = sorted(self._configured)
-        self._seed_sizes = np.array(seed_sizes, dtype=np.float64)
-        self._seed_seconds = np.array([self._configured[b] for b in seed_sizes])
         measured = sorted(self._medians)
         self._measured = np.array(measured, dtype=np.float64)
         self._measured_s = np.array([self._medians[b] for b in measured])
+        # How much slower than configured the smallest and the largest measured sizes run,
+        # and the measured curve's slope past the largest: the secant over the upper half
+        # of the measured sizes (one median is noisy, two neighbours' slope more so); none
+        # from fewer than two measured sizes.
+        self._scale_below = self._scale_above = 1.0
+        self._slope_above: float | None = None
         if measured:
-            # How much slower than configured the smallest and the largest measured sizes
-            # run, and the measured curve's slope past the largest: the secant over the
-            # upper half of the measured sizes (one median is noisy, two neighbours' slope
-            # more so); none from a single measured size.
-            sizes, seconds = measured, self._measured_s
+            seconds = self._measured_s
             at_ends = self._configured_s(self._measured[[0, -1]])
-            self._scale_below = seconds[0] / at_ends[0]
-            self._scale_above = seconds[-1] / at_ends[1]
-            self._slope_above: float | None = None
-            if len(sizes) >= 2:
-                j = min(max(bisect.bisect_right(sizes, sizes[-1] / 2) - 1, 0), len(sizes) - 2)
-                rise = seconds[-1] - seconds[j]
-                self._slope_above = max(float(rise) / (sizes[-1] - sizes[j]), 0.0)
-        top = max(self._sizes[-1], 1)
-        table = np.concatenate([[0.0], self._estimates(np.arange(1, top + 1))])
+            self._scale_below = float(seconds[0] / at_ends[0])
+            self._scale_above = float(seconds[-1] / at_ends[1])
+        if len(measured) >= 2:
+            top = measured[-1]
+            j = min(max(bisect.bisect_right(measured, top / 2) - 1, 0), len(measured) - 2)
+            rise = float(self._measured_s[-1] - self._measured_s[j])
+            self._slope_above = max(rise / (top - measured[j]), 0.0)
+        table = np.concatenate([[0.0], self._estimates(np.arange(1, max(self._sizes[-1], 1) + 1))])
         table.flags.writeable = False
         self._table = table
         self._tables.clear()
