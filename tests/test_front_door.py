@@ -22,11 +22,12 @@ from armory_client.wire.placement import placement_query
 from fleet_files import mixed_fleet
 from server_harness import armory_serve, make_mock, make_obs
 
-from armory.cluster.front_door import FrontDoor
+from armory.cluster.front_door import MOVE_COOLDOWN_S, FrontDoor
 from armory.cluster.health import ReplicaPresence, learned_profile, replica_presence
 from armory.cluster.placement_request import parse_placement_request
 from armory.cluster.replica_table import ReplicaAddress, ReplicaTable
 from armory.cluster.supervisor import Supervisor, SupervisorConfig
+from armory.core.latency_profile import LinearProfileConfig
 from armory.engine.config import ServerConfig
 from armory.fleet import FleetOptions, run_fleet
 from armory.placement.base import ReplicaProfile, RobotDemand
@@ -238,6 +239,33 @@ def test_a_robot_is_weighed_by_what_its_replica_reports() -> None:
     assert door.placement.replica_of("a") == slot
 
 
+def test_only_robots_their_replica_reports_by_name_move_and_not_twice_at_once() -> None:
+    """Off a replica over capacity the door moves only robots its replica reports by name
+    (Armory's client, which reconnects on its own), never plain clients' connections; a
+    robot just moved is not moved again within the cooldown; a move the old replica
+    could not carry out is undone."""
+    clock = [100.0]
+    door = _door(placement="fluid", clock=lambda: clock[0])
+    fast = "control_hz=40&max_execution_horizon=10"
+    for i in range(10):
+        door.answer(f"/?robot=r{i}&{fast}", None)
+    for robot in door.placement.members(1):
+        door.placement.move(robot, 0)
+    assert door.placement.load(0) > 1.0
+    named = frozenset({"r1", "r2"})
+    door.reconcile(0, ReplicaPresence(names=named, num_unnamed=8), after_s=10.0)
+    moves = door.rebalance()
+    assert moves and {robot for robot, _, _ in moves} <= named
+    assert all((source, target) == (0, 1) for _, source, target in moves)
+    robot = moves[0][0]
+    door.undo_move(robot, 0)
+    assert door.placement.replica_of(robot) == 0
+    door.reconcile(0, ReplicaPresence(names=named, num_unnamed=8), after_s=10.0)
+    assert robot not in {r for r, _, _ in door.rebalance()}  # within the cooldown
+    clock[0] += MOVE_COOLDOWN_S
+    assert robot in {r for r, _, _ in door.rebalance()}
+
+
 def test_the_supervisor_forgets_robots_once_they_leave_and_not_before() -> None:
     """Over real sockets: an `armory fleet` of six named robots and one plain client
     through the front door, the supervisor running with a half-second grace: nobody is
@@ -295,20 +323,27 @@ def _server() -> ArmoryServer:
     return ArmoryServer(make_mock(), ServerConfig(max_batch_size=4), port=0)
 
 
+def _replica_address(k: int, server: ArmoryServer) -> ReplicaAddress:
+    return ReplicaAddress(replica_id=f"r{k}", host="127.0.0.1", openpi_port=server.port)
+
+
 async def _two_replicas_behind_a_door(
     forget_after_s: float = 30.0,
+    *,
+    servers: list[ArmoryServer] | None = None,
+    announced: list[ReplicaAddress] | None = None,
 ) -> tuple[list[ArmoryServer], FrontDoor, Supervisor]:
-    """Two started servers of the mock, a front door (fluid placement) that admitted both
-    in one supervision round, and the supervisor; the caller stops the door and servers."""
-    servers = [_server(), _server()]
+    """Two started servers (of the mock, unless given), a front door (fluid placement)
+    that admitted both in one supervision round, and the supervisor; the caller stops
+    the door and servers. The registry answers ``announced`` (both replicas, unless
+    given: the caller may announce more later, :func:`_replica_address`)."""
+    servers = servers or [_server(), _server()]
     for server in servers:
         await server.start()
     door = FrontDoor(ReplicaTable(2), make_placement("fluid", [GPU] * 2), port=0)
     await door.start()
-    announced = [
-        ReplicaAddress(replica_id=f"r{k}", host="127.0.0.1", openpi_port=s.port)
-        for k, s in enumerate(servers)
-    ]
+    if announced is None:
+        announced = [_replica_address(k, s) for k, s in enumerate(servers)]
 
     async def registry() -> list[ReplicaAddress]:
         return announced
@@ -482,6 +517,69 @@ def test_a_robot_on_armorys_runtime_is_placed_under_its_id_with_its_demand() -> 
             slot = door.placement.replica_of("solo-1")
             assert slot is not None and door.placement.members(slot) == ["solo-1"]
             assert door.placement.demand_of("solo-1") == RobotDemand(25.0, 6, weight=2.0)
+        finally:
+            await door.stop()
+            for server in servers:
+                await server.stop()
+
+    asyncio.run(scenario())
+
+
+def test_robots_move_off_a_replica_over_capacity_once_another_has_room() -> None:
+    """Four robots on Armory's runtime (every-tick pipelined, directed, threshold) arrive
+    while one replica of a slow GPU is up and all go there, over its capacity. When the
+    second replica comes up the supervisor's next round moves robots to it (the first
+    placed: the pipelined one and a directed one): their replica closes each connection
+    after a reply, and the robot's next request reconnects through the front door to
+    the new replica, with no request lost."""
+    configs = [
+        RuntimeConfig(
+            robot_id=f"m{i}",
+            control_hz=20.0,
+            max_execution_horizon=6,
+            duration_s=6.0,
+            request_mode=mode,
+        )
+        for i, mode in enumerate(("every-tick", "directed", "threshold", "directed"))
+    ]
+
+    async def scenario() -> None:
+        slow = LinearProfileConfig(intercept_s=0.1, slope_s=0.02)
+        movable = [
+            ArmoryServer(
+                make_mock(linear=slow), ServerConfig(max_batch_size=4), port=0, movable=True
+            )
+            for _ in range(2)
+        ]
+        announced: list[ReplicaAddress] = []  # none at first, then one, then both
+        servers, door, supervisor = await _two_replicas_behind_a_door(
+            servers=movable, announced=announced
+        )
+        clients = [AsyncPolicyClient(f"ws://127.0.0.1:{door.port}") for _ in configs]
+        try:
+            announced.append(_replica_address(0, servers[0]))
+            await supervisor.round()
+            runs = [
+                asyncio.ensure_future(RobotRuntime(_StillRobot(), client, config).run())
+                for client, config in zip(clients, configs, strict=True)
+            ]
+            await asyncio.sleep(1.5)
+            await supervisor.round()  # one replica up: nowhere to move to
+            assert sorted(door.placement.members(0)) == ["m0", "m1", "m2", "m3"]
+            load_before = door.placement.load(0)
+            assert load_before > 1.0
+            announced.append(_replica_address(1, servers[1]))
+            await supervisor.round()
+            moved = sorted(door.placement.members(1))
+            assert moved, "no robot was moved to the replica with room"
+            summaries = await asyncio.gather(*runs)
+            for summary in summaries:
+                assert summary.num_request_errors == 0 and summary.num_chunks_applied > 0
+            for config, client in zip(configs, clients, strict=True):
+                assert client.num_connections == (2 if config.robot_id in moved else 1)
+            served_by_second = {row.robot for row in servers[1].engine.stats().robots}
+            assert set(moved) <= served_by_second
+            assert max(door.placement.load(0), door.placement.load(1)) < load_before
         finally:
             await door.stop()
             for server in servers:

@@ -35,6 +35,7 @@ from armory_client import (
 from server_harness import (
     GatedPolicy,
     armory_serve,
+    every_tick_state,
     expected_actions,
     make_mock,
     make_obs,
@@ -43,6 +44,7 @@ from server_harness import (
 from websockets.exceptions import ConnectionClosed
 
 from armory.cli import main
+from armory.engine.config import ServerConfig
 from armory.policies.base import conform_observation
 from armory.scheduling.registry import make_scheduler
 from armory.serve import ArmoryServer, ServerThread
@@ -515,3 +517,37 @@ def test_a_server_needs_at_least_one_door_and_can_be_asked_to_stop() -> None:
     assert not server.stop_requested.is_set()
     server.request_stop()
     assert server.stop_requested.is_set()
+
+
+def test_a_cluster_replica_lets_a_named_armory_robot_go_after_its_reply() -> None:
+    """``/move?robot=NAME`` at a replica of ``armory cluster``: the named robot on Armory's
+    client is answered its next request, then its connection closes (1012) and the
+    request after it is served on a new connection; a plain client (no ``__armory__``
+    state) and a name not connected are refused with 404; a server that is no replica
+    has no such page."""
+    server = ArmoryServer(make_mock(), ServerConfig(max_batch_size=4), port=0, movable=True)
+    thread = ServerThread(server).start()
+    url = f"http://127.0.0.1:{thread.port}/move?robot="
+    try:
+        with PolicyClient(port=thread.port) as armory, PolicyClient(port=thread.port) as plain:
+            state = every_tick_state("arm-1", 0)
+            assert armory.infer(attach(make_obs(1), state))["actions"].shape[0] > 0
+            assert plain.infer(make_obs(2))["actions"].shape[0] > 0
+            with urllib.request.urlopen(url + "arm-1", timeout=5) as answer:
+                assert answer.status == 200 and b"arm-1" in answer.read()
+            (plain_name,) = [row.robot for row in thread.stats().robots if not row.named]
+            for name in (plain_name, "nobody"):
+                with pytest.raises(urllib.error.HTTPError) as refused:
+                    urllib.request.urlopen(url + name, timeout=5)
+                assert refused.value.code == 404
+            for step in (1, 2):  # answered there, then on a new connection
+                later = every_tick_state("arm-1", 8 * step, chunk_start=8 * (step - 1))
+                assert armory.infer(attach(make_obs(1, step), later))["actions"].shape[0] > 0
+                assert armory.num_connections == step
+            assert plain.num_connections == 1
+            assert plain.infer(make_obs(2, 1))["actions"].shape[0] > 0
+    finally:
+        thread.stop()
+    with running_server() as plain_server, pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"http://127.0.0.1:{plain_server.port}/move?robot=x", timeout=5)
+    assert refused.value.code != 200

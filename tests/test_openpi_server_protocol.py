@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable
 from http import HTTPStatus
 
 import msgpack
@@ -139,6 +140,36 @@ def test_api_key_check() -> None:
     assert not http.api_key_ok(None, "abc")
     assert not http.api_key_ok("Api-Key ábc", "abc")
     assert http.api_key_ok(None, None)
+
+
+def test_route_moves_a_named_robot_only_where_moves_are_open() -> None:
+    """``/move?robot=NAME`` (a cluster replica's) takes the move or answers 404 for a robot
+    not connected here, 400 naming a bad query, 401 without the key; a server that is no
+    cluster replica has no such page (the request goes on to the WebSocket handshake)."""
+    asked: list[str] = []
+
+    def move_robot(name: str) -> bool:
+        asked.append(name)
+        return name == "arm-1"
+
+    def route(path: str, header: str | None = "Api-Key k") -> http.HttpAnswer | None:
+        answer = http.route(path, header, api_key="k", stats=dict, move_robot=move_robot)
+        assert not isinstance(answer, Awaitable)
+        return answer
+
+    moved = route("/move?robot=arm-1")
+    assert moved is not None and moved.status == HTTPStatus.OK and "arm-1" in moved.body
+    absent = route("/move?robot=arm-2")
+    assert absent is not None and absent.status == HTTPStatus.NOT_FOUND
+    assert "'arm-2'" in absent.body
+    for bad in ("/move", "/move?robot=", "/move?robot=a&robot=b", "/move?robot=" + "x" * 257):
+        refused = route(bad)
+        assert refused is not None and refused.status == HTTPStatus.BAD_REQUEST
+        assert "robot=NAME" in refused.body
+    denied = route("/move?robot=arm-1", None)
+    assert denied is not None and denied.status == HTTPStatus.UNAUTHORIZED
+    assert asked == ["arm-1", "arm-2"]
+    assert http.route("/move?robot=arm-1", None, api_key=None, stats=dict) is None
 
 
 def test_route_health_stats_and_websocket() -> None:

@@ -114,6 +114,22 @@ def test_fluid_rebalance_moves_only_off_a_replica_over_capacity() -> None:
     assert p.load(0) <= 1.0 and len(p.members(0)) == 8
 
 
+def test_fluid_rebalance_moves_only_the_robots_it_may() -> None:
+    """Robots that may not move (plain clients, which do not reconnect on their own) stay
+    on a replica over capacity; the movable ones go, and with none movable none do."""
+    p = FluidPlacement([GPU] * 2)
+    for i in range(10):
+        p.place(f"r{i}", FAST)
+    for robot_id in p.members(1):
+        p.move(robot_id, 0)
+    assert p.load(0) > 1.0
+    assert p.rebalance(lambda robot_id: False) == {}
+    movable = {"r3", "r7", "r8"}
+    moved = p.rebalance(lambda robot_id: robot_id in movable)
+    assert moved and set(moved) <= movable and all(k == 1 for k in moved.values())
+    assert p.load(0) <= 1.0
+
+
 def _fleet(num_fast: int, num_slow: int) -> FleetSpec:
     return FleetSpec(
         name="two-types",

@@ -315,7 +315,8 @@ class Serve:
         """The server these options describe, not yet started (``ValueError`` names a bad
         option); ``armory cluster`` builds each replica's server with it, naming the
         replica as ``ticket_audience``: with an API key, its openpi door then also lets in
-        robots holding the front door's ticket for that replica."""
+        robots holding the front door's ticket for that replica, and the front door may
+        move robots off it (``/move``)."""
         if self.port is not None and not 0 <= self.port <= 65535:
             raise ValueError(f"--port must be in 0..65535, got {self.port}")
         api_key = self.api_key or os.environ.get(API_KEY_ENV) or None
@@ -340,6 +341,7 @@ class Serve:
             port=self.port,
             api_key=api_key,
             tickets=TicketGate(api_key, ticket_audience) if api_key and ticket_audience else None,
+            movable=ticket_audience is not None,
             scheduler=scheduler,
             doors=doors,
         )
@@ -370,6 +372,10 @@ class Cluster:
     forget_after_s: float = 30.0
     """Seconds after which placement forgets a robot its replica no longer serves (its
     load no longer counts; a robot reconnecting within it keeps its replica)."""
+    move_robots: bool = True
+    """Move robots on Armory's client off a replica over capacity to one with room (each
+    reconnects once, after a reply); --no-move-robots moves robots only off a replica
+    that failed."""
     tls_ca_file: str | None = None
     """With TLS (--replica.server.tls-cert-file, on the front door and every replica): the
     CA the front door trusts when it reads the replicas; default: the system's CAs and
@@ -384,7 +390,9 @@ class Cluster:
 
             if not self.forget_after_s > 0:
                 raise ValueError(f"--forget-after-s must be > 0, got {self.forget_after_s}")
-            supervisor = SupervisorConfig(forget_after_s=self.forget_after_s)
+            supervisor = SupervisorConfig(
+                forget_after_s=self.forget_after_s, move_robots=self.move_robots
+            )
             try:
                 import ray  # noqa: F401
 

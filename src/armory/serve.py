@@ -50,6 +50,7 @@ class ArmoryServer:
         # Security
         api_key: str | None = None,
         tickets: TicketGate | None = None,
+        movable: bool = False,
         # Plumbing
         scheduler: Scheduler | None = None,
         clock: Clock = time.monotonic,
@@ -59,7 +60,8 @@ class ArmoryServer:
         ``config.scheduler`` names; ``port=0`` picks a free port, ``port=None`` opens no
         openpi door. ``doors`` build the front doors served beside (or instead of) it.
         ``tickets`` lets robots through the openpi door with a cluster front door's ticket
-        in place of the key."""
+        in place of the key; ``movable`` lets the front door move robots off this server
+        (``/move``, a replica of ``armory cluster``)."""
         self.config = config or ServerConfig()
         self.engine = ServerEngine(
             policy,
@@ -71,7 +73,12 @@ class ArmoryServer:
             None
             if port is None
             else OpenpiWebSocketTransport(
-                self.engine, host=host, port=port, api_key=api_key, tickets=tickets
+                self.engine,
+                host=host,
+                port=port,
+                api_key=api_key,
+                tickets=tickets,
+                movable=movable,
             )
         )
         self.doors: list[Transport] = [make(self.engine) for make in doors]

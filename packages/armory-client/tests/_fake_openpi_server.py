@@ -29,7 +29,10 @@ class FakeServer:
     mode: str = "echo"
     """echo: reply {"echo": obs, "count": n}; text: send an error text frame, close 1011;
     silent: never reply; once: reply to the first request, then close the connection;
-    slow: reply after `delay_s`; big: reply with a frame of `big_bytes` zero bytes."""
+    slow: reply after `delay_s`; big: reply with a frame of `big_bytes` zero bytes;
+    moved: close 1012 (service restart, an Armory cluster's replica letting the robot go)
+    on the first request of each of `moves` connections without answering it, then echo."""
+    moves: int = 1
     metadata: Any = field(default_factory=lambda: {"reset_pose": [0.0, 1.0]})
     """Sent first: packed if a map or list, as a text frame (then close) if a str."""
     api_key: str | None = None
@@ -78,6 +81,10 @@ class FakeServer:
                 return
             if self.mode == "silent":
                 continue
+            if self.mode == "moved" and self.moves > 0:
+                self.moves -= 1
+                await self._close(ws, 1012)
+                return
             if self.mode == "big":
                 await ws.send(b"\x00" * self.big_bytes)
                 continue

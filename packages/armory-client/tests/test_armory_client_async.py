@@ -88,6 +88,25 @@ def test_reconnects_after_server_closes(fake_server) -> None:
     assert len(server.headers) == 2
 
 
+def test_a_request_the_server_let_go_unanswered_goes_again_once(fake_server) -> None:
+    """Closed 1012 before its reply (a cluster's replica moving the robot elsewhere), a
+    request was not served: it goes again through a new connection, once; closed so a
+    second time, it fails with ConnectionLost."""
+    server = fake_server(mode="moved")
+
+    async def scenario() -> None:
+        async with AsyncPolicyClient(port=server.port, request_timeout_s=5.0) as client:
+            assert await client.infer({"n": 1}) == {"echo": {"n": 1}, "count": 2}
+            assert client.num_connections == 2
+        server.moves = 2
+        async with AsyncPolicyClient(port=server.port, request_timeout_s=5.0) as client:
+            with pytest.raises(ConnectionLost, match="let the robot go"):
+                await client.infer({"n": 2})
+
+    asyncio.run(scenario())
+    assert server.requests == [{"n": 1}, {"n": 1}, {"n": 2}, {"n": 2}]
+
+
 def test_api_key_header_sent(fake_server) -> None:
     """With api_key the handshake carries `Authorization: Api-Key <key>`."""
     server = fake_server(api_key="k1")

@@ -101,6 +101,23 @@ def test_reconnects_after_server_closes(fake_server) -> None:
     assert len(server.headers) == 2
 
 
+def test_a_request_the_server_let_go_unanswered_goes_again_once(fake_server) -> None:
+    """Closed 1012 before its reply (a cluster's replica moving the robot elsewhere), a
+    request was not served: it goes again through a new connection, once; closed so a
+    second time, it fails with ConnectionLost."""
+    server = fake_server(mode="moved")
+    with PolicyClient(port=server.port, request_timeout_s=5.0) as client:
+        assert client.infer({"n": 1}) == {"echo": {"n": 1}, "count": 2}
+        assert client.num_connections == 2
+    assert server.requests == [{"n": 1}, {"n": 1}]
+    server.moves = 2
+    with (
+        PolicyClient(port=server.port, request_timeout_s=5.0) as client,
+        pytest.raises(ConnectionLost, match="let the robot go"),
+    ):
+        client.infer({"n": 2})
+
+
 def test_reconnects_after_server_error(fake_server) -> None:
     """After a ServerError (the server then closes) the next infer opens a fresh connection."""
     server = fake_server(mode="text")

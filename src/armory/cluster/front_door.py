@@ -13,9 +13,11 @@ lists the slots; ``GET /healthz`` answers 200 while some replica is up.
 The door keeps the cluster's :class:`~armory.placement.base.Placement`: a robot that
 names itself keeps its replica while that replica is up; when a replica is found
 dead its robots are placed again at once, so the next connection of each goes to a
-replica that is up. A robot that has left (its replica no longer reports it) is
-forgotten, so that its load no longer counts where new robots are placed
-(:meth:`FrontDoor.reconcile`).
+replica that is up. A replica over capacity sheds robots on Armory's client to one
+with room (:meth:`FrontDoor.rebalance`; the supervisor asks the replica to let each
+go after its next reply, and its client reconnects through this door). A robot that
+has left (its replica no longer reports it) is forgotten, so that its load no longer
+counts where new robots are placed (:meth:`FrontDoor.reconcile`).
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ logger = logging.getLogger(__name__)
 
 MAX_ANONYMOUS = 4096
 """Robots without a name the placement remembers (the oldest are forgotten first)."""
+MOVE_COOLDOWN_S = 30.0
+"""A robot moved off a replica over capacity is not moved again for this long."""
 PLACE_PATH = "/place"
 
 
@@ -89,6 +93,10 @@ class FrontDoor:
         self._ssl_context = ssl_context
         self._seen_s: dict[str, float] = {}
         """Per placed robot: when it was last placed, sent on, or reported by its replica."""
+        self._reported_at: dict[str, int] = {}
+        """Robots on Armory's client: the slot whose replica last reported them by name."""
+        self._moved_s: dict[str, float] = {}
+        """Robots moved off a replica over capacity: when."""
         self._server: Server | None = None
         self._anonymous: deque[str] = deque()
         self._num_anonymous = 0
@@ -112,7 +120,7 @@ class FrontDoor:
         moved = self.placement.fail(slot)
         # With no replica up its robots were removed from placement: forget them here too.
         for robot in [r for r in self._seen_s if self.placement.replica_of(r) is None]:
-            del self._seen_s[robot]
+            self._forget(robot)
         logger.warning(
             "replica %s in slot %d is down; %d robots placed again",
             address.replica_id if address else "?",
@@ -131,9 +139,7 @@ class FrontDoor:
             robot = f"anonymous-{self._num_anonymous}"
             self._anonymous.append(robot)
             if len(self._anonymous) > MAX_ANONYMOUS:
-                forgotten = self._anonymous.popleft()
-                self.placement.remove(forgotten)
-                self._seen_s.pop(forgotten, None)
+                self._forget(self._anonymous.popleft())
         slot = self.placement.replica_of(robot)
         if slot is None or self.table.slots[slot] is None:
             slot = self.placement.place(robot, request.demand)
@@ -162,6 +168,7 @@ class FrontDoor:
                 unseen.append(robot)
                 continue
             self._seen_s[robot] = now_s
+            self._reported_at[robot] = slot
             reported = presence.demands.get(robot)
             if reported is not None:
                 said = self.placement.demand_of(robot)
@@ -177,9 +184,45 @@ class FrontDoor:
             if now_s - self._seen_s.get(robot, now_s) > after_s
         ]
         for robot in gone:
-            self.placement.remove(robot)
-            self._seen_s.pop(robot, None)
+            self._forget(robot)
         return gone
+
+    def rebalance(self) -> list[tuple[str, int, int]]:
+        """Move robots off a replica over capacity (``Placement.rebalance``): only robots
+        on Armory's client that their replica reports where placement has them (their
+        client reconnects on its own) and that were not moved within
+        ``MOVE_COOLDOWN_S``. Returns (robot, old slot, new slot) for each; the caller asks
+        the old replica to let the robot go (:meth:`undo_move` if it cannot)."""
+        now_s = self._clock()
+        old = {robot: self.placement.replica_of(robot) for robot in self._reported_at}
+
+        def movable(robot: str) -> bool:
+            return (
+                robot in old
+                and self._reported_at[robot] == old[robot]
+                and now_s - self._moved_s.get(robot, -MOVE_COOLDOWN_S) >= MOVE_COOLDOWN_S
+            )
+
+        moves = []
+        for robot, slot in self.placement.rebalance(movable).items():
+            source = old[robot]
+            assert source is not None  # placed, since rebalance moved it
+            self._moved_s[robot] = now_s
+            moves.append((robot, source, slot))
+        return moves
+
+    def undo_move(self, robot: str, slot: int) -> None:
+        """Put a robot back on ``slot`` (its replica could not let it go); it may be moved
+        again after the cooldown."""
+        if self.placement.replica_of(robot) is not None and self.table.slots[slot] is not None:
+            self.placement.move(robot, slot)
+
+    def _forget(self, robot: str) -> None:
+        """A robot left: placement and the door forget it."""
+        self.placement.remove(robot)
+        self._seen_s.pop(robot, None)
+        self._reported_at.pop(robot, None)
+        self._moved_s.pop(robot, None)
 
     def listing(self) -> list[dict[str, object]]:
         """Each slot: its replica's doors and the robots placed there."""

@@ -1,5 +1,5 @@
 """Is a replica alive, what latency has it learned, and who is connected: one HTTP GET
-of its ``/stats``.
+of its ``/stats``; and ``/move``, by which the front door moves a robot off it.
 
 The front door's supervisor asks every replica's openpi door each period; a replica
 that refuses the connection is dead at once, one that does not answer in time misses
@@ -15,6 +15,7 @@ import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlencode
 
 from armory.core.latency_profile import LatencyProfile
 from armory.placement.base import ReplicaProfile, RobotDemand
@@ -68,20 +69,7 @@ async def probe_replica(
     """GET ``/stats`` from a replica's openpi door within ``timeout_s`` (over TLS with
     ``ssl_context``, a client context that trusts the replicas' certificate)."""
     try:
-        async with asyncio.timeout(timeout_s):
-            reader, writer = await asyncio.open_connection(host, port, ssl=ssl_context)
-            try:
-                auth = f"{http.AUTH_HEADER}: {http.AUTH_SCHEME} {api_key}\r\n" if api_key else ""
-                writer.write(
-                    f"GET {http.STATS_PATH} HTTP/1.1\r\nHost: {host}\r\n{auth}"
-                    "Connection: close\r\n\r\n".encode()
-                )
-                await writer.drain()
-                raw = await reader.read(MAX_STATS_BYTES)
-                while chunk := await reader.read(MAX_STATS_BYTES - len(raw)):
-                    raw += chunk
-            finally:
-                writer.close()
+        raw = await _get(host, port, http.STATS_PATH, timeout_s, api_key, ssl_context)
     except ConnectionRefusedError:
         return Probe(alive=False, refused=True)
     except ssl.SSLError as exc:  # a certificate not trusted, or TLS on one side only
@@ -100,6 +88,51 @@ async def probe_replica(
         profile=learned_profile(stats, max_batch_size),
         presence=replica_presence(stats),
     )
+
+
+async def move_robot(
+    host: str,
+    port: int,
+    robot: str,
+    *,
+    timeout_s: float,
+    api_key: str | None = None,
+    ssl_context: ssl.SSLContext | None = None,
+) -> bool:
+    """Ask a replica to move ``robot`` (``GET /move``): its connection closes after its
+    next reply and it reconnects through the front door. True when the replica took it."""
+    target = f"{http.MOVE_PATH}?{urlencode({'robot': robot})}"
+    try:
+        raw = await _get(host, port, target, timeout_s, api_key, ssl_context)
+    except (TimeoutError, OSError, ssl.SSLError):
+        return False
+    return raw.startswith(b"HTTP/1.1 200")
+
+
+async def _get(
+    host: str,
+    port: int,
+    target: str,
+    timeout_s: float,
+    api_key: str | None,
+    ssl_context: ssl.SSLContext | None,
+) -> bytes:
+    """The raw response (head and body, at most ``MAX_STATS_BYTES``) to one GET of
+    ``target`` from a replica's openpi door within ``timeout_s``."""
+    async with asyncio.timeout(timeout_s):
+        reader, writer = await asyncio.open_connection(host, port, ssl=ssl_context)
+        try:
+            auth = f"{http.AUTH_HEADER}: {http.AUTH_SCHEME} {api_key}\r\n" if api_key else ""
+            writer.write(
+                f"GET {target} HTTP/1.1\r\nHost: {host}\r\n{auth}Connection: close\r\n\r\n".encode()
+            )
+            await writer.drain()
+            raw = await reader.read(MAX_STATS_BYTES)
+            while chunk := await reader.read(MAX_STATS_BYTES - len(raw)):
+                raw += chunk
+        finally:
+            writer.close()
+    return raw
 
 
 def replica_presence(stats: Any) -> ReplicaPresence | None:

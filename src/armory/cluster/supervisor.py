@@ -8,7 +8,9 @@ in a row (hung), is declared down: the front door places its robots again. Ray S
 restarts it; the new process announces itself and takes the free slot. A replica
 that answers says which robots it serves; placed robots it has stopped serving are
 forgotten after ``forget_after_s`` (:meth:`FrontDoor.reconcile`), and the robots it reports
-are weighed by what they reported there.
+are weighed by what they reported there. Then robots on Armory's client move off a
+replica over capacity (:meth:`FrontDoor.rebalance`): the supervisor asks the replica to
+let each go (``/move``), which it does after the robot's next reply.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from armory.cluster.front_door import FrontDoor
-from armory.cluster.health import Probe, probe_replica
+from armory.cluster.health import Probe, move_robot, probe_replica
 from armory.cluster.replica_table import ReplicaAddress
 
 logger = logging.getLogger(__name__)
@@ -41,6 +43,9 @@ class SupervisorConfig:
     forget_after_s: float = 30.0
     """A placed robot its replica has not reported for this long has left: placement
     forgets it (a robot reconnecting within it keeps its replica)."""
+    move_robots: bool = True
+    """Move robots on Armory's client off a replica over capacity to one with room (each
+    reconnects once, after a reply); off: robots move only when their replica fails."""
 
     def __post_init__(self) -> None:
         if not self.period_s > 0 or not self.timeout_s > 0 or not self.forget_after_s > 0:
@@ -133,3 +138,25 @@ class Supervisor:
             self._misses[address.replica_id] = misses
             if probe.refused or misses >= self.config.misses_to_down:
                 self.door.replica_down(slot)
+        if self.config.move_robots:
+            await self._rebalance()
+
+    async def _rebalance(self) -> None:
+        """Move robots off replicas over capacity: each old replica lets its robot go after
+        the robot's next reply; a robot it cannot let go stays where it is."""
+        for robot, source, target in self.door.rebalance():
+            address = self.door.table.slots[source]
+            moved = address is not None and await move_robot(
+                address.host,
+                address.openpi_port,
+                robot,
+                timeout_s=self.config.timeout_s,
+                api_key=self._api_key,
+                ssl_context=self._ssl_context if address.tls else None,
+            )
+            if moved:
+                logger.info(
+                    "robot %s moves from slot %d (over capacity) to slot %d", robot, source, target
+                )
+            else:
+                self.door.undo_move(robot, source)

@@ -266,6 +266,20 @@ class ServerEngine:
             )
         return session
 
+    def move_robot(self, robot_name: str, reason: str) -> bool:
+        """The cluster moves robot ``robot_name`` to another replica: its connection closes
+        with ``reason`` after a reply that leaves none of its requests waiting (its next
+        reply; a pipelined robot's further observations are answered "deferred" at once),
+        so that no request is lost, and the robot's client reconnects through the front
+        door, which sends it to its new replica. Only a robot on Armory's client through
+        the openpi door can be moved (its client reconnects on its own); False for any
+        other, or for a name not connected here."""
+        session = self._by_name.get(robot_name)
+        if session is None or session.closed or session.door != "openpi" or not session.is_armory:
+            return False
+        session.move_reason = reason
+        return True
+
     def close_session(self, session: Session) -> None:
         """Called when a robot's connection closes (idempotent). A request it has waiting
         is dropped; a chunk being computed for it is thrown away when ready."""
@@ -366,13 +380,17 @@ class ServerEngine:
                 control_hz=plan.limits.control_hz,
                 weight=plan.limits.weight,
             )
-        future = self.loop.submit(
-            session.engine_id,
-            plan,
-            obs,
-            received_s=received_s,
-            pipelined=state is not None and state.pipelined,
-        )
+        pipelined = state is not None and state.pipelined
+        if pipelined and session.move_reason is not None:
+            # Moving to another replica: a pipelined robot's observations still coming are
+            # answered "deferred" at once (it sends one each tick), so that the replies it
+            # waits for run out and its connection closes after the last of them.
+            future: asyncio.Future[ChunkResult] = asyncio.get_running_loop().create_future()
+            future.set_exception(Superseded("the robot is moving to another replica"))
+        else:
+            future = self.loop.submit(
+                session.engine_id, plan, obs, received_s=received_s, pipelined=pipelined
+            )
         defer_at_s = None
         if state is not None and state.defer_after_s is not None:
             defer_at_s = received_s + state.defer_after_s

@@ -76,6 +76,9 @@ class Session:
         self.evict = evict
         """Closes the connection from the server side, with a reason (set by the transport)."""
         self.closed = False
+        self.move_reason: str | None = None
+        """Set when the cluster moves the robot to another replica: the transport closes
+        the connection with this reason after the next reply (:meth:`ServerEngine.move_robot`)."""
         self.is_armory: bool | None = None
         """Whether its requests carry ``__armory__`` state (decided by the first request)."""
         self.episode_id: int | None = None

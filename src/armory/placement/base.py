@@ -12,7 +12,7 @@ a replica over capacity. A policy only chooses a replica for one robot
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -98,9 +98,10 @@ class Placement(ABC):
         """Called when a robot is placed: the replica among ``candidates`` (alive, never
         empty) that serves it."""
 
-    def rebalance(self) -> dict[str, int]:
+    def rebalance(self, movable: Callable[[str], bool] | None = None) -> dict[str, int]:
         """Called after arrivals settle: robots to move (robot id -> new replica) and
-        moved. Policies that do not weigh load move nobody."""
+        moved; only robots ``movable`` says may move (None: any). Policies that do not
+        weigh load move nobody."""
         return {}
 
     # ---- bookkeeping shared by every policy -----------------------------

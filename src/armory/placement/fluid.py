@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from armory.placement.base import Placement, RobotDemand
 from armory.placement.fluid_load import replica_load
@@ -43,9 +43,10 @@ class FluidPlacement(Placement):
             key=lambda k: (demands[k].count(demand), len(demands[k]), loads[k], k),
         )
 
-    def rebalance(self) -> dict[str, int]:
-        """Move robots, one at a time, off the most loaded replica while it is over
-        capacity and a move lowers the highest load of the two replicas involved."""
+    def rebalance(self, movable: Callable[[str], bool] | None = None) -> dict[str, int]:
+        """Move robots (those ``movable`` allows), one at a time, off the most loaded
+        replica while it is over capacity and a move lowers the highest load of the two
+        replicas involved."""
         moved: dict[str, int] = {}
         for _ in range(len(self._where)):
             alive = [k for k, up in enumerate(self.alive) if up]
@@ -58,7 +59,7 @@ class FluidPlacement(Placement):
             tried: set[RobotDemand] = set()
             for robot_id in members:
                 demand = self._demand[robot_id]
-                if demand in tried:
+                if demand in tried or (movable is not None and not movable(robot_id)):
                     continue
                 tried.add(demand)
                 rest = [self._demand[r] for r in members if r != robot_id]

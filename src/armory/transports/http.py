@@ -15,11 +15,17 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from armory.transports.tickets import TicketGate, TicketRefused, has_ticket
 
 HEALTH_PATH = "/healthz"
 STATS_PATH = "/stats"
+MOVE_PATH = "/move"
+"""A cluster replica's: ``GET /move?robot=NAME`` closes that robot's connection after its
+next reply, so that it reconnects through the front door to its new replica."""
+MAX_ROBOT_NAME_CHARS = 256
+"""Longest robot name ``/move`` reads (an Armory robot id's limit on the wire)."""
 AUTH_HEADER = "Authorization"
 AUTH_SCHEME = "Api-Key"
 BASIC_SCHEME = "Basic"
@@ -80,6 +86,7 @@ def route(
     num_connections: int = 0,
     pages: Mapping[str, Page] | None = None,
     tickets: TicketGate | None = None,
+    move_robot: Callable[[str], bool] | None = None,
 ) -> HttpAnswer | Awaitable[HttpAnswer] | None:
     """The answer to an HTTP request on the WebSocket port, or None to go on with the
     WebSocket handshake.
@@ -91,6 +98,8 @@ def route(
     ``num_connections`` robots hold all ``max_connections`` is refused with 503.
     ``path`` may carry a query: with ``tickets`` (a replica of ``armory cluster``) a
     robot's handshake at ``/`` is let in by a front-door ticket in place of the key.
+    With ``move_robot`` (a replica of ``armory cluster``) ``/move?robot=NAME`` asks it
+    to move that robot (:func:`move_answer`).
     """
     target, path = path, path.split("?", 1)[0]
     if path == HEALTH_PATH:
@@ -102,6 +111,8 @@ def route(
     page = (pages or {}).get(path)
     if page is not None:
         return page()
+    if path == MOVE_PATH and move_robot is not None:
+        return move_answer(target, move_robot)
     if path == STATS_PATH:
         return HttpAnswer(
             HTTPStatus.OK, stats_json(stats, indent=2) + "\n", content_type="application/json"
@@ -113,6 +124,28 @@ def route(
             "(--server.max-connections); try again later\n",
         )
     return None
+
+
+def move_answer(target: str, move_robot: Callable[[str], bool]) -> HttpAnswer:
+    """The answer to ``/move?robot=NAME``: 200 once ``move_robot(NAME)`` took it, 404 when
+    no such robot can be moved here, 400 naming what is wrong with the query."""
+    try:
+        query = parse_qs(urlsplit(target).query, keep_blank_values=True, max_num_fields=4)
+    except ValueError as exc:
+        return HttpAnswer(HTTPStatus.BAD_REQUEST, f"bad query: {exc}\n")
+    names = query.get("robot", [])
+    if len(names) != 1 or not 0 < len(names[0]) <= MAX_ROBOT_NAME_CHARS:
+        return HttpAnswer(
+            HTTPStatus.BAD_REQUEST,
+            f"name one robot of 1 to {MAX_ROBOT_NAME_CHARS} characters: {MOVE_PATH}?robot=NAME\n",
+        )
+    name = names[0]
+    if not move_robot(name):
+        return HttpAnswer(
+            HTTPStatus.NOT_FOUND,
+            f"no robot {name!r} on Armory's client is connected to this replica's openpi door\n",
+        )
+    return HttpAnswer(HTTPStatus.OK, f"robot {name!r} reconnects after its next reply\n")
 
 
 def _refusal_without_key(target: str, path: str, tickets: TicketGate | None) -> HttpAnswer | None:

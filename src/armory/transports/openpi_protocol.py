@@ -30,6 +30,9 @@ ERROR_CLOSE_CODE = 1011
 ERROR_CLOSE_REASON = "request failed; the text frame before this one says why"
 REPLACED_CLOSE_CODE = 1008
 """Close code of a connection replaced by a newer one of the same robot (policy violation)."""
+MOVED_CLOSE_CODE = 1012
+"""Close code of a robot the cluster moved to another replica (service restart: reconnect)."""
+MOVED_CLOSE_REASON = "moved to another replica; reconnect through the cluster's front door"
 
 
 def metadata_map(

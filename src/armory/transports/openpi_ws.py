@@ -31,7 +31,6 @@ from websockets.http11 import Request, Response
 
 from armory.core.errors import RequestError, SessionClosed
 from armory.engine.server_engine import ServerEngine
-from armory.engine.session import Session
 from armory.transports import http
 from armory.transports.base import Transport
 from armory.transports.listen import ListenError, bind_failure
@@ -53,6 +52,8 @@ from armory.transports.openpi_core import (
 from armory.transports.openpi_protocol import (
     ERROR_CLOSE_CODE,
     ERROR_CLOSE_REASON,
+    MOVED_CLOSE_CODE,
+    MOVED_CLOSE_REASON,
     REPLACED_CLOSE_CODE,
     decode_request,
     encode_metadata,
@@ -80,15 +81,19 @@ class OpenpiWebSocketTransport(Transport):
         # Security
         api_key: str | None = None,
         tickets: TicketGate | None = None,
+        movable: bool = False,
     ) -> None:
         """Limits and timeouts come from ``engine.config``; ``port=0`` picks a free port.
         ``tickets`` (a replica of ``armory cluster``) lets robots in with a front-door
-        ticket in place of the key (:mod:`armory.transports.tickets`)."""
+        ticket in place of the key (:mod:`armory.transports.tickets`); ``movable`` (a
+        replica of ``armory cluster``) opens ``/move``, by which the front door moves a
+        robot to another replica (:meth:`ServerEngine.move_robot`)."""
         self.engine = engine
         self.host = host
         self._requested_port = port
         self._api_key = api_key or None
         self._tickets = tickets
+        self._movable = movable
         self._server: Server | None = None
         self.connections: SessionRegistry[ServerConnection, OpenpiConnection] = SessionRegistry(
             engine,
@@ -161,6 +166,7 @@ class OpenpiWebSocketTransport(Transport):
             num_connections=num_robots,
             pages=self._pages,
             tickets=self._tickets,
+            move_robot=self._move_robot if self._movable else None,
         )
         if answer is None and live_feed and len(self._viewers) >= MAX_LIVE_VIEWERS:
             answer = http.HttpAnswer(
@@ -210,7 +216,7 @@ class OpenpiWebSocketTransport(Transport):
                 except SessionClosed:
                     break
                 except RequestError as exc:
-                    await self._deliver(ws, session, send_lock, connection.refuse(exc))
+                    await self._deliver(ws, connection, send_lock, connection.refuse(exc))
                     break
                 answer = asyncio.create_task(self._answer(ws, connection, send_lock, pending))
                 answers.add(answer)
@@ -244,22 +250,21 @@ class OpenpiWebSocketTransport(Transport):
             # The answers after this one still go out, in order.
             dropped = SessionClosed("the request's task was cancelled")
             released = connection.settle(pending.seq, dropped)
-            self._in_background(self._deliver(ws, connection.session, send_lock, released))
+            self._in_background(self._deliver(ws, connection, send_lock, released))
             raise
-        await self._deliver(
-            ws, connection.session, send_lock, connection.settle(pending.seq, outcome)
-        )
+        await self._deliver(ws, connection, send_lock, connection.settle(pending.seq, outcome))
 
     async def _deliver(
         self,
         ws: ServerConnection,
-        session: Session,
+        connection: OpenpiConnection,
         send_lock: asyncio.Lock,
         outgoing: list[Outgoing],
     ) -> None:
         """Send frames released by the connection's core, one delivery after another."""
         if not outgoing:
             return
+        session = connection.session
         async with send_lock:
             for item in outgoing:
                 if isinstance(item, SendError):
@@ -272,6 +277,12 @@ class OpenpiWebSocketTransport(Transport):
                 self.engine.reply_sent(
                     session, item.reply, self.engine.clock(), encode_s=item.encode_s
                 )
+            if session.move_reason is not None and connection.num_waiting == 0:
+                # Moved by the cluster: the robot has every reply it waited for. The
+                # session ends now, so that a request already on its way is not served
+                # here: Armory's client sends it again through the front door.
+                self.connections.close(ws, session.move_reason)
+                self._close_later(ws, session.move_reason, code=MOVED_CLOSE_CODE)
 
     async def _send_error(self, ws: ServerConnection, message: str) -> None:
         """The error as a text frame, then close 1011 (openpi's convention)."""
@@ -279,10 +290,17 @@ class OpenpiWebSocketTransport(Transport):
             await ws.send(message)
             await ws.close(ERROR_CLOSE_CODE, ERROR_CLOSE_REASON)
 
-    def _close_later(self, ws: ServerConnection, reason: str) -> None:
-        """Close ``ws`` from outside its handler (a newer connection replaced it)."""
+    def _close_later(
+        self, ws: ServerConnection, reason: str, *, code: int = REPLACED_CLOSE_CODE
+    ) -> None:
+        """Close ``ws`` from outside its handler (a newer connection replaced it, or the
+        cluster moved its robot)."""
         reason = reason.encode()[:_MAX_CLOSE_REASON_BYTES].decode(errors="ignore")
-        self._in_background(ws.close(REPLACED_CLOSE_CODE, reason))
+        self._in_background(ws.close(code, reason))
+
+    def _move_robot(self, robot_name: str) -> bool:
+        """``/move``: the robot reconnects after its next reply (False: not here)."""
+        return self.engine.move_robot(robot_name, MOVED_CLOSE_REASON)
 
     def _in_background(self, step: Coroutine[Any, Any, None]) -> None:
         """Run ``step`` in a task of its own; :meth:`stop` waits for it."""

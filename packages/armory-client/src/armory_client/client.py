@@ -17,7 +17,11 @@ never answer the next one.
 HTTP redirects of the handshake are followed by websockets itself (the blocking
 client's from websockets 17.1), which sends the API key on only to the same host and
 port: an Armory cluster's front door redirects each robot to its replica with a
-short-lived ticket in place of the key. Reconnects start again at the URI given.
+short-lived ticket in place of the key. Reconnects start again at the URI given. A
+cluster's replica that lets a robot go to another replica closes with 1012 (service
+restart) after answering what it served; a request it left unanswered then was not
+served, and goes again, once, through a new connection (to the front door, which sends
+the robot to its new replica).
 """
 
 from __future__ import annotations
@@ -67,6 +71,15 @@ DEFAULT_MAX_SIZE = 64 * 2**20
 
 # WebSocket close code for "message too big" (RFC 6455).
 _CLOSE_TOO_BIG = 1009
+# WebSocket close code for "service restart" (RFC 6455): an Armory cluster's replica lets
+# a robot go to another replica; the requests it had not answered were not served.
+_CLOSE_MOVED = 1012
+
+
+class _Moved(ConnectionLost):
+    """The server let the robot go (it moves to another replica) before this request's
+    reply: the request was not served, and goes again through a new connection."""
+
 
 # Bytes of a refused handshake's answer quoted in HandshakeRejected.
 _MAX_REASON_BYTES = 300
@@ -235,6 +248,8 @@ class _ClientBase:
 
     def _connection_lost(self, exc: ConnectionClosed) -> ConnectionLost:
         """The error for a connection closed while a request was in flight."""
+        if exc.rcvd is not None and exc.rcvd_then_sent and exc.rcvd.code == _CLOSE_MOVED:
+            return _Moved(f"server at {self._uri} let the robot go: {exc.rcvd.reason}")
         if exc.rcvd is not None and exc.rcvd_then_sent and exc.rcvd.code == _CLOSE_TOO_BIG:
             # The server closed first: it refused our request as too large.
             return ConnectionLost(
@@ -282,7 +297,11 @@ class PolicyClient(_ClientBase):
         with self._lock:
             deadline_s = time.monotonic() + timeout_s
             conn, start_s = self._send(request, deadline_s)
-            frame = self._recv(conn, timeout_s, deadline_s)
+            try:
+                frame = self._recv(conn, timeout_s, deadline_s)
+            except _Moved:  # not served: once more, on a new connection
+                conn, start_s = self._send(request, deadline_s)
+                frame = self._recv(conn, timeout_s, deadline_s)
             try:
                 return self._accept_reply(frame, start_s)
             except ServerError:
@@ -417,14 +436,10 @@ class AsyncPolicyClient(_ClientBase):
         request = packb(obs)
         timeout_s = self._request_timeout_s if timeout_s is None else timeout_s
         deadline_s = time.monotonic() + timeout_s
-        async with self._lock:
-            conn, start_s = await self._send(request, deadline_s)
-            earlier, turn = self._last_turn, asyncio.get_running_loop().create_future()
-            self._last_turn = turn
         try:
-            frame = await self._recv(conn, timeout_s, deadline_s, after=earlier)
-        finally:
-            turn.set_result(None)
+            conn, start_s, frame = await self._exchange(request, timeout_s, deadline_s)
+        except _Moved:  # not served: once more, on a new connection
+            conn, start_s, frame = await self._exchange(request, timeout_s, deadline_s)
         try:
             return self._accept_reply(frame, start_s)
         except ServerError:
@@ -435,6 +450,20 @@ class AsyncPolicyClient(_ClientBase):
         """Close the connection, if any; `infer` may open a new one afterwards."""
         async with self._lock:
             await self._discard()
+
+    async def _exchange(
+        self, request: bytes, timeout_s: float, deadline_s: float
+    ) -> tuple[websockets.asyncio.client.ClientConnection, float, Data]:
+        """Send `request` and read its reply frame in its turn: the connection, when the
+        sending started and the frame."""
+        async with self._lock:
+            conn, start_s = await self._send(request, deadline_s)
+            earlier, turn = self._last_turn, asyncio.get_running_loop().create_future()
+            self._last_turn = turn
+        try:
+            return conn, start_s, await self._recv(conn, timeout_s, deadline_s, after=earlier)
+        finally:
+            turn.set_result(None)
 
     async def __aenter__(self) -> Self:
         return await self.connect()
