@@ -166,6 +166,9 @@ def test_route_moves_a_named_robot_only_where_moves_are_open() -> None:
         refused = route(bad)
         assert refused is not None and refused.status == HTTPStatus.BAD_REQUEST
         assert "robot=NAME" in refused.body
+    many = route("/move?" + "&".join(f"robot{i}=x" for i in range(10)))
+    assert many is not None and many.status == HTTPStatus.BAD_REQUEST
+    assert many.body.startswith("bad query")
     denied = route("/move?robot=arm-1", None)
     assert denied is not None and denied.status == HTTPStatus.UNAUTHORIZED
     assert asked == ["arm-1", "arm-2"]
