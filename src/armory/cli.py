@@ -314,9 +314,9 @@ class Serve:
     def make_server(self, *, ticket_audience: str | None = None) -> ArmoryServer:
         """The server these options describe, not yet started (``ValueError`` names a bad
         option); ``armory cluster`` builds each replica's server with it, naming the
-        replica as ``ticket_audience``: with an API key, its openpi door then also lets in
-        robots holding the front door's ticket for that replica, and the front door may
-        move robots off it (``/move``)."""
+        replica as ``ticket_audience``: its openpi door then answers ``/move``, by which
+        the front door moves robots off it, and with an API key also lets in robots
+        holding the front door's ticket for that replica."""
         if self.port is not None and not 0 <= self.port <= 65535:
             raise ValueError(f"--port must be in 0..65535, got {self.port}")
         api_key = self.api_key or os.environ.get(API_KEY_ENV) or None

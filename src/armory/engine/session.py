@@ -78,7 +78,8 @@ class Session:
         self.closed = False
         self.move_reason: str | None = None
         """Set when the cluster moves the robot to another replica: the transport closes
-        the connection with this reason after the next reply (:meth:`ServerEngine.move_robot`)."""
+        the connection with this reason after a reply that leaves none of the robot's
+        requests waiting (:meth:`ServerEngine.move_robot`)."""
         self.is_armory: bool | None = None
         """Whether its requests carry ``__armory__`` state (decided by the first request)."""
         self.episode_id: int | None = None
