@@ -35,6 +35,7 @@ from armory.placement.query import robot_demand
 from armory.placement.registry import make_placement
 from armory.serve import ArmoryServer
 from armory.sim.bound import fleet_bound
+from armory.transports.tickets import TicketGate
 
 GPU = ReplicaProfile((0.05, 0.06, 0.07, 0.08))
 
@@ -332,15 +333,17 @@ async def _two_replicas_behind_a_door(
     *,
     servers: list[ArmoryServer] | None = None,
     announced: list[ReplicaAddress] | None = None,
+    api_key: str | None = None,
 ) -> tuple[list[ArmoryServer], FrontDoor, Supervisor]:
     """Two started servers (of the mock, unless given), a front door (fluid placement)
     that admitted both in one supervision round, and the supervisor; the caller stops
     the door and servers. The registry answers ``announced`` (both replicas, unless
-    given: the caller may announce more later, :func:`_replica_address`)."""
+    given: the caller may announce more later, :func:`_replica_address`); with
+    ``api_key`` the door and the supervisor hold it."""
     servers = servers or [_server(), _server()]
     for server in servers:
         await server.start()
-    door = FrontDoor(ReplicaTable(2), make_placement("fluid", [GPU] * 2), port=0)
+    door = FrontDoor(ReplicaTable(2), make_placement("fluid", [GPU] * 2), port=0, api_key=api_key)
     await door.start()
     if announced is None:
         announced = [_replica_address(k, s) for k, s in enumerate(servers)]
@@ -349,7 +352,7 @@ async def _two_replicas_behind_a_door(
         return announced
 
     config = SupervisorConfig(period_s=0.05, timeout_s=1.0, forget_after_s=forget_after_s)
-    supervisor = Supervisor(door, registry, config)
+    supervisor = Supervisor(door, registry, config, api_key=api_key)
     await supervisor.round()
     return servers, door, supervisor
 
@@ -525,13 +528,15 @@ def test_a_robot_on_armorys_runtime_is_placed_under_its_id_with_its_demand() -> 
     asyncio.run(scenario())
 
 
-def test_robots_move_off_a_replica_over_capacity_once_another_has_room() -> None:
+@pytest.mark.parametrize("key", [None, "move-key"])
+def test_robots_move_off_a_replica_over_capacity_once_another_has_room(key: str | None) -> None:
     """Four robots on Armory's runtime (every-tick pipelined, directed, threshold) arrive
     while one replica of a slow GPU is up and all go there, over its capacity. When the
     second replica comes up the supervisor's next round moves robots to it (the first
     placed: the pipelined one and a directed one): their replica closes each connection
     after a reply, and the robot's next request reconnects through the front door to
-    the new replica, with no request lost."""
+    the new replica, with no request lost. With an API key the supervisor's ``/move``
+    carries it, and the robots reach their new replica with the front door's ticket."""
     configs = [
         RuntimeConfig(
             robot_id=f"m{i}",
@@ -547,15 +552,21 @@ def test_robots_move_off_a_replica_over_capacity_once_another_has_room() -> None
         slow = LinearProfileConfig(intercept_s=0.1, slope_s=0.02)
         movable = [
             ArmoryServer(
-                make_mock(linear=slow), ServerConfig(max_batch_size=4), port=0, movable=True
+                make_mock(linear=slow),
+                ServerConfig(max_batch_size=4),
+                port=0,
+                api_key=key,
+                tickets=None if key is None else TicketGate(key, f"r{k}"),
+                movable=True,
             )
-            for _ in range(2)
+            for k in range(2)
         ]
         announced: list[ReplicaAddress] = []  # none at first, then one, then both
         servers, door, supervisor = await _two_replicas_behind_a_door(
-            servers=movable, announced=announced
+            servers=movable, announced=announced, api_key=key
         )
-        clients = [AsyncPolicyClient(f"ws://127.0.0.1:{door.port}") for _ in configs]
+        uri = f"ws://127.0.0.1:{door.port}"
+        clients = [AsyncPolicyClient(uri, api_key=key) for _ in configs]
         try:
             announced.append(_replica_address(0, servers[0]))
             await supervisor.round()
