@@ -8,8 +8,10 @@ of the default as a ratio to the best other scheduler, and the mean observation 
 behind each executed action. A rule earns its lines when switching it off loses
 something here.
 
+``--repeats R`` judges every run on the means of R draws per fleet (family.py's).
+
     python benchmarks/family_ablation.py [--count 200] [--first-seed 1000]
-        [--duration 20] [--workers 2] [--cache /tmp/family-cache.json]
+        [--duration 20] [--workers 2] [--cache /tmp/family-cache.json] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ def run(args: argparse.Namespace, disabled: str | None, out: Path) -> dict:
         str(args.duration),
         "--workers",
         str(args.workers),
+        "--repeats",
+        str(args.repeats),
         "--json",
         str(out),
     ]
@@ -79,6 +83,9 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=20.0)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--cache", type=Path, default=None)
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="draws per fleet (family.py --repeats)"
+    )
     args = parser.parse_args()
     print(
         f"{'rule off':20s} "
