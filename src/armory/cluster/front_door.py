@@ -11,9 +11,9 @@ robots, which cannot follow an HTTP redirect, ask there first). ``GET /replicas`
 lists the slots; ``GET /healthz`` answers 200 while some replica is up.
 
 The door keeps the cluster's :class:`~armory.placement.base.Placement`: a robot that
-names itself keeps its replica while that replica is up; when a replica is found
-dead its robots are placed again at once, so the next connection of each goes to a
-replica that is up. A replica over capacity sheds robots on Armory's client to one
+names itself keeps its replica while that replica is up and not over capacity; when a
+replica is found dead its robots are placed again at once, so the next connection of
+each goes to a replica that is up. A replica over capacity sheds robots on Armory's client to one
 with room (:meth:`FrontDoor.rebalance`; the supervisor asks the replica to let each
 go after its next reply, and its client reconnects through this door). A robot that
 has left (its replica no longer reports it) is forgotten, so that its load no longer

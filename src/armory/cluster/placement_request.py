@@ -3,7 +3,8 @@
 A robot names itself and, optionally, what it asks of a GPU, in the query of the
 URI it connects to: ``/?robot=arm-3&control_hz=30&max_execution_horizon=15`` (also
 ``round_trip_s`` and ``weight``). A robot that names itself keeps its replica while
-that replica is up; one that does not is placed anew on every connection.
+that replica is up (unless it is moved off a replica over capacity); one that does not
+is placed anew on every connection.
 """
 
 from __future__ import annotations
