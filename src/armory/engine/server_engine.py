@@ -387,6 +387,7 @@ class ServerEngine:
             # waits for run out and its connection closes after the last of them.
             future: asyncio.Future[ChunkResult] = asyncio.get_running_loop().create_future()
             future.set_exception(Superseded("the robot is moving to another replica"))
+            future.exception()  # read (a request cancelled before its answer logs nothing)
         else:
             future = self.loop.submit(
                 session.engine_id, plan, obs, received_s=received_s, pipelined=pipelined
