@@ -550,4 +550,5 @@ def test_a_cluster_replica_lets_a_named_armory_robot_go_after_its_reply() -> Non
         thread.stop()
     with running_server() as plain_server, pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(f"http://127.0.0.1:{plain_server.port}/move?robot=x", timeout=5)
-    assert refused.value.code != 200
+    # Not a page there: the request went on to the WebSocket handshake, which refuses it.
+    assert refused.value.code == 426 and b"WebSocket" in refused.value.read()

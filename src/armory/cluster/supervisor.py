@@ -159,4 +159,10 @@ class Supervisor:
                     "robot %s moves from slot %d (over capacity) to slot %d", robot, source, target
                 )
             else:
+                logger.info(
+                    "robot %s stays on slot %d: its replica did not let it go (not connected "
+                    "there on Armory's client, or not answering)",
+                    robot,
+                    source,
+                )
                 self.door.undo_move(robot, source)
