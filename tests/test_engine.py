@@ -16,7 +16,7 @@ from server_harness import GatedPolicy, expected_actions, make_mock, make_obs
 
 from armory.core.errors import PolicyError, QueueStateError, SessionClosed, Superseded
 from armory.core.latency_profile import LatencyProfile
-from armory.engine.batch_loop import BatchLoop
+from armory.engine.batch_loop import BatchLoop, ChunkResult
 from armory.engine.config import PlainClientDefaults, ServerConfig
 from armory.engine.executor import BatchOutcome
 from armory.engine.queue_mirror import NO_CHUNK, QueueMirror, QueueReport, RobotLimits
@@ -490,23 +490,36 @@ def test_a_slow_scheduler_is_asked_ahead_by_its_recent_decision_time() -> None:
     assert delay_s == pytest.approx(0.5 - 0.01 - learned, abs=0.02)
 
 
+async def _one_robot_in_two_batches(
+    executor: _RecordingExecutor, loop: BatchLoop, robot_id: int, *, newer_index: int
+) -> tuple[asyncio.Future[ChunkResult], asyncio.Future[ChunkResult]]:
+    """Start ``loop``; a pipelined robot's observation at index 0 goes into batch 0, its
+    newer one (at ``newer_index``) into batch 1, decided ahead behind it."""
+    loop.start()
+    older = loop.submit(
+        robot_id, _one_action_plan(0, 5), make_obs(robot_id), received_s=100.0, pipelined=True
+    )
+    while not executor.batches:
+        await asyncio.sleep(0)
+    newer = loop.submit(
+        robot_id,
+        _one_action_plan(newer_index, 5 - newer_index),
+        make_obs(robot_id, newer_index),
+        received_s=100.0,
+        pipelined=True,
+    )
+    while len(executor.batches) < 2:
+        await asyncio.sleep(0.001)
+    return older, newer
+
+
 def test_a_pipelined_robot_in_the_running_and_the_queued_batch_keeps_both_requests() -> None:
     """A pipelined robot's newer observation is queued behind the batch that computes its
     older one: each request is its own; a disconnect fails both and drops both chunks."""
 
     async def scenario() -> tuple[list[int], int]:
         executor, loop = _recording_loop(max_batch_size=1, **_AHEAD)
-        loop.start()
-        older = loop.submit(
-            7, _one_action_plan(0, 5), make_obs(0), received_s=100.0, pipelined=True
-        )
-        while not executor.batches:
-            await asyncio.sleep(0)
-        newer = loop.submit(
-            7, _one_action_plan(2, 3), make_obs(0, 2), received_s=100.0, pipelined=True
-        )
-        while len(executor.batches) < 2:
-            await asyncio.sleep(0.001)
+        older, newer = await _one_robot_in_two_batches(executor, loop, 7, newer_index=2)
         starts = [start for start, _ in loop.mirror.pending_of(7)]
         loop.remove(7)
         for request in (older, newer):
@@ -560,6 +573,34 @@ def test_a_batch_decided_ahead_is_taken_back_when_the_running_one_overruns() -> 
     batches, starts, taken_back = run(scenario)
     assert batches == [1, 1, 2]
     assert starts == [1]  # the taken-back chunk from index 0 is no longer expected
+    assert taken_back == 1
+
+
+def test_a_pipelined_robots_request_is_taken_back_from_behind_its_own_running_one() -> None:
+    """A pipelined robot has one request in the running batch and its next in the batch
+    decided ahead; the running batch overruns, so the queued one is taken back: that
+    request waits again (the robot's running request stays in flight, told apart from it
+    by identity, not by comparing observations) and rides the next batch."""
+
+    async def scenario() -> tuple[list[int], int]:
+        executor, loop = _recording_loop(max_batch_size=4, decide_ahead_s=0.04, clock=lambda: 100.0)
+        first, second = await _one_robot_in_two_batches(executor, loop, 0, newer_index=1)
+        async with asyncio.timeout(5.0):
+            while loop.stats().num_taken_back == 0:  # 80 ms after batch 0 started
+                await asyncio.sleep(0.001)
+        executor.finish(0, _chunk_outcome(0.15))
+        await first
+        async with asyncio.timeout(5.0):
+            while len(executor.batches) < 3:
+                await asyncio.sleep(0.001)
+        executor.finish(2, _chunk_outcome(0.05))
+        async with asyncio.timeout(5.0):
+            await second
+        await loop.stop()
+        return executor.batches, loop.stats().num_taken_back
+
+    batches, taken_back = run(scenario)
+    assert batches == [1, 1, 1]
     assert taken_back == 1
 
 

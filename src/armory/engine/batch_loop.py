@@ -131,8 +131,11 @@ class LoopStats:
         return sum(b * n for b, n in self.batch_size_counts.items()) / total
 
 
-@dataclass
+@dataclass(eq=False)
 class _Request:
+    """One robot's observation waiting for, or riding, a batch. Requests are told apart by
+    identity (a robot may have several in flight; observations hold arrays)."""
+
     robot_id: int
     observation: Mapping[str, Any]
     future: asyncio.Future[ChunkResult]
@@ -343,13 +346,17 @@ class BatchLoop:
         self._wake.set()
         return future
 
-    def withdraw(self, robot_id: int) -> bool:
-        """Take back the robot's waiting request before any batch took it (every-tick
-        deferral); False when it is already in a batch, or gone. Its future is cancelled."""
+    def withdraw(self, robot_id: int, *, superseded: str | None = None) -> bool:
+        """Take back the robot's waiting request before any batch took it; False when it is
+        already in a batch, or gone. Its future is cancelled (every-tick deferral), or with
+        ``superseded`` fails with Superseded (its robot is answered "deferred")."""
         request = self._waiting.pop(robot_id, None)
         if request is None:
             return False
-        request.future.cancel()
+        if superseded is None:
+            request.future.cancel()
+        else:
+            _fail(request.future, Superseded(superseded))
         if robot_id in self.mirror:
             self.mirror.release(robot_id)
         return True
