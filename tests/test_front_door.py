@@ -587,7 +587,8 @@ def test_robots_move_off_a_replica_over_capacity_once_another_has_room(key: str 
             for summary in summaries:
                 assert summary.num_request_errors == 0 and summary.num_chunks_applied > 0
             for config, client in zip(configs, clients, strict=True):
-                assert client.num_connections == (2 if config.robot_id in moved else 1)
+                expected = 2 if config.robot_id in moved else 1
+                assert client.num_connections == expected, (config.robot_id, moved)
             served_by_second = {row.robot for row in servers[1].engine.stats().robots}
             assert set(moved) <= served_by_second
             assert max(door.placement.load(0), door.placement.load(1)) < load_before

@@ -5,6 +5,7 @@ to the one before; the server keeps its newest, answers the ones it replaced
 from __future__ import annotations
 
 import asyncio
+import urllib.request
 from typing import Any
 
 import numpy as np
@@ -31,7 +32,7 @@ from server_harness import (
 )
 
 from armory.engine.config import ServerConfig
-from armory.serve import ServerThread
+from armory.serve import ArmoryServer, ServerThread
 
 
 def pipelined_state(name: str, index: int) -> RobotState:
@@ -263,3 +264,54 @@ def test_a_pipelined_robot_that_drops_with_requests_outstanding_costs_nobody_els
         stats = server.stats()
     np.testing.assert_array_equal(reply_a["actions"], expected_actions(policy, make_obs(0)))
     assert stats.num_errors == 0 and stats.num_dropped_chunks == 1
+
+
+def test_a_pipelined_robot_moved_off_its_replica_is_answered_and_let_go() -> None:
+    """b's chunk from index 0 is being computed and its index 1 waits behind it, too early
+    to serve, when the cluster moves b (``/move``): index 2 and the waiting index 1 are
+    answered "deferred" at once (no newer observation will reach the loop to replace
+    index 1), sent after index 0's chunk, then the connection closes; b's next request
+    is served on a new connection."""
+    policy = GatedPolicy(make_mock())
+    server = ArmoryServer(policy, ServerConfig(max_batch_size=1), port=0, movable=True)
+    thread = ServerThread(server).start()
+    move = f"http://127.0.0.1:{thread.port}/move?robot=b"
+    try:
+
+        async def scenario() -> tuple[list[dict], dict, int]:
+            b = AsyncPolicyClient("127.0.0.1", thread.port, request_timeout_s=10.0)
+            sends = [
+                asyncio.ensure_future(b.infer(attach(make_obs(1, 0), pipelined_state("b", 0))))
+            ]
+            await asyncio.to_thread(policy.next_batch)  # index 0 is being computed
+            sends.append(
+                asyncio.ensure_future(b.infer(attach(make_obs(1, 1), pipelined_state("b", 1))))
+            )
+            await _requests_in(thread, 2)
+            with await asyncio.to_thread(urllib.request.urlopen, move, timeout=5) as answer:
+                assert answer.status == 200
+            sends.append(
+                asyncio.ensure_future(b.infer(attach(make_obs(1, 2), pipelined_state("b", 2))))
+            )
+            async with asyncio.timeout(5.0):  # both answered before index 0's chunk is ready
+                while (await asyncio.to_thread(thread.stats)).num_superseded < 2:
+                    await asyncio.sleep(0.01)
+            policy.allow(2)
+            async with asyncio.timeout(5.0):
+                replies = await asyncio.gather(*sends)
+            connections = b.num_connections
+            later = every_tick_state("b", 8, chunk_start=0, pipelined=True)
+            after_move = await b.infer(attach(make_obs(1, 8), later))
+            await b.close()
+            return replies, after_move, connections - b.num_connections
+
+        replies, after_move, new_connections = asyncio.run(scenario())
+        stats = thread.stats()
+    finally:
+        thread.stop()
+    assert [r[ARMORY_KEY]["deferred"] for r in replies] == [False, True, True]
+    assert [r[ARMORY_KEY]["chunk_start"] for r in replies] == [0, 1, 2]
+    np.testing.assert_array_equal(replies[0]["actions"], expected_actions(policy, make_obs(1, 0)))
+    np.testing.assert_array_equal(after_move["actions"], expected_actions(policy, make_obs(1, 8)))
+    assert new_connections == -1  # the request after the move opened a second connection
+    assert stats.num_errors == 0

@@ -52,6 +52,7 @@ _OVERHEAD_WINDOW = 4096
 """Most recent requests whose server-added time the stats keep."""
 _GONE_ROBOTS = 16
 """Disconnected robots still shown (marked) in ``/stats`` and the dashboard."""
+_MOVING = "the robot is moving to another replica"
 
 
 @dataclass(frozen=True)
@@ -383,10 +384,13 @@ class ServerEngine:
         pipelined = state is not None and state.pipelined
         if pipelined and session.move_reason is not None:
             # Moving to another replica: a pipelined robot's observations still coming are
-            # answered "deferred" at once (it sends one each tick), so that the replies it
-            # waits for run out and its connection closes after the last of them.
+            # answered "deferred" at once (it sends one each tick), and so is its request
+            # no batch took yet (too early to serve, it would wait for a newer observation
+            # that never reaches the loop now), so that the replies it waits for run out
+            # and its connection closes after the last of them.
+            self.loop.withdraw(session.engine_id, superseded=_MOVING)
             future: asyncio.Future[ChunkResult] = asyncio.get_running_loop().create_future()
-            future.set_exception(Superseded("the robot is moving to another replica"))
+            future.set_exception(Superseded(_MOVING))
             future.exception()  # read (a request cancelled before its answer logs nothing)
         else:
             future = self.loop.submit(
