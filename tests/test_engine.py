@@ -617,6 +617,29 @@ def test_the_engine_sets_the_switch_interval_while_it_runs() -> None:
     assert sys.getswitchinterval() == before
 
 
+def test_engines_stopped_in_any_order_put_the_switch_interval_back() -> None:
+    """Two engines in one process (replicas in a test): while any runs, the shortest
+    interval either asks for holds; once both stopped, in the order they started, the
+    process has its own interval again."""
+
+    async def scenario() -> list[float]:
+        first = make_engine(switch_interval_s=0.0007)
+        second = make_engine(switch_interval_s=0.0009)
+        seen = []
+        await first.start()
+        await second.start()
+        seen.append(sys.getswitchinterval())
+        await first.stop()
+        seen.append(sys.getswitchinterval())
+        await second.stop()
+        await second.stop()  # twice: nothing more
+        return seen
+
+    before = sys.getswitchinterval()
+    assert run(scenario) == [pytest.approx(0.0007), pytest.approx(0.0009)]
+    assert sys.getswitchinterval() == before
+
+
 def test_server_config_checks_the_executor_options() -> None:
     with pytest.raises(ValueError, match=r"--server\.decide-ahead-s must be >= 0"):
         ServerConfig(decide_ahead_s=-0.001)

@@ -55,6 +55,30 @@ _GONE_ROBOTS = 16
 _MOVING = "the robot is moving to another replica"
 
 
+class _SwitchInterval:
+    """The process's thread switch interval while engines run: the shortest any running
+    engine asks for; Python's own again once the last of them stops (engines may start
+    and stop in any order, e.g. several replicas in one test process)."""
+
+    def __init__(self) -> None:
+        self._held_s: dict[int, float] = {}
+        self._before_s = 0.0
+
+    def hold(self, holder: int, interval_s: float) -> None:
+        if not self._held_s:
+            self._before_s = sys.getswitchinterval()
+        self._held_s[holder] = interval_s
+        sys.setswitchinterval(min(self._held_s.values()))
+
+    def release(self, holder: int) -> None:
+        if self._held_s.pop(holder, None) is None:
+            return
+        sys.setswitchinterval(min(self._held_s.values(), default=self._before_s))
+
+
+_switch_interval = _SwitchInterval()
+
+
 @dataclass(frozen=True)
 class Reply:
     """The answer to one request, before a transport encodes it."""
@@ -229,7 +253,6 @@ class ServerEngine:
         self._num_superseded = 0
         self._overheads_s: deque[float] = deque(maxlen=_OVERHEAD_WINDOW)
         self._steps_s: deque[float] = deque(maxlen=_OVERHEAD_WINDOW)
-        self._switch_interval_before_s: float | None = None
         self._requests_by_door: Counter[str] = Counter()
         self._replies_by_door: defaultdict[str, Counter[str]] = defaultdict(Counter)
         self._errors_by_door: defaultdict[str, Counter[str]] = defaultdict(Counter)
@@ -241,17 +264,15 @@ class ServerEngine:
 
     async def start(self) -> None:
         if self.config.switch_interval_s is not None:
-            # Process-wide (put back at stop): a forward pass's results wait for the
-            # interpreter lock while the event loop decodes frames, up to one interval.
-            self._switch_interval_before_s = sys.getswitchinterval()
-            sys.setswitchinterval(self.config.switch_interval_s)
+            # Process-wide (put back when the last engine stops): a forward pass's results
+            # wait for the interpreter lock while the event loop decodes frames, up to
+            # one interval.
+            _switch_interval.hold(id(self), self.config.switch_interval_s)
         self.loop.start()
 
     async def stop(self) -> None:
         await self.loop.stop()
-        if self._switch_interval_before_s is not None:
-            sys.setswitchinterval(self._switch_interval_before_s)
-            self._switch_interval_before_s = None
+        _switch_interval.release(id(self))
 
     # ---- sessions ------------------------------------------------------
 
