@@ -23,7 +23,12 @@ from fleet_files import mixed_fleet
 from server_harness import armory_serve, make_mock, make_obs
 
 from armory.cluster.front_door import MOVE_COOLDOWN_S, FrontDoor
-from armory.cluster.health import ReplicaPresence, learned_profile, replica_presence
+from armory.cluster.health import (
+    MIN_LEARNED_BATCHES,
+    ReplicaPresence,
+    learned_profile,
+    replica_presence,
+)
 from armory.cluster.placement_request import parse_placement_request
 from armory.cluster.replica_table import ReplicaAddress, ReplicaTable
 from armory.cluster.supervisor import Supervisor, SupervisorConfig
@@ -575,6 +580,9 @@ def test_robots_move_off_a_replica_over_capacity_once_another_has_room(key: str 
                 for client, config in zip(clients, configs, strict=True)
             ]
             await asyncio.sleep(1.5)
+            async with asyncio.timeout(10.0):  # its learned latency counts from then
+                while servers[0].engine.stats().num_batches < MIN_LEARNED_BATCHES:
+                    await asyncio.sleep(0.05)
             await supervisor.round()  # one replica up: nowhere to move to
             assert sorted(door.placement.members(0)) == ["m0", "m1", "m2", "m3"]
             load_before = door.placement.load(0)
@@ -657,12 +665,20 @@ def test_cluster_cli_refuses_bad_options(capsys: pytest.CaptureFixture[str]) -> 
 def test_a_replica_reporting_an_unusable_latency_is_alive_without_a_profile(points: str) -> None:
     """A /stats body whose learned latency has an absurd batch size, non-finite, zero or
     negative values or the wrong shape gives no profile (nothing is built from it)."""
-    stats = json.loads(f'{{"latency_points_s": {points}}}')
+    stats = json.loads(f'{{"latency_points_s": {points}, "batch_size_counts": {{"1": 50}}}}')
     assert learned_profile(stats, max_batch_size=4) is None
 
 
-def test_a_replica_reported_latency_becomes_its_profile() -> None:
-    """Learned points read back as the replica's latency per batch size, 1 to the max."""
-    profile = learned_profile({"latency_points_s": {"1": 0.05, "2": 0.06}}, max_batch_size=3)
+def test_a_replica_reported_latency_becomes_its_profile_once_it_ran_a_few_passes() -> None:
+    """Learned points read back as the replica's latency per batch size, 1 to the max,
+    once the replica has run MIN_LEARNED_BATCHES forward passes; before that (its first
+    passes run cold) none, and the front door keeps the profile it has."""
+    points = {"1": 0.05, "2": 0.06}
+    counts = {"1": MIN_LEARNED_BATCHES - 2, "2": 1}
+    stats = {"latency_points_s": points, "batch_size_counts": counts}
+    assert learned_profile(stats, max_batch_size=3) is None
+    counts["2"] += 1
+    profile = learned_profile(stats, max_batch_size=3)
     assert profile is not None
     assert profile.latency_table_s == pytest.approx((0.05, 0.06, 0.07))
+    assert learned_profile({"latency_points_s": points}, max_batch_size=3) is None

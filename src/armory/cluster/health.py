@@ -25,6 +25,11 @@ from armory.transports import http
 MAX_REPORTED_BATCH_SIZE = 1 << 16
 """Largest batch size of a replica's learned latency that is read: a profile builds a
 table up to its largest point, so a larger one is ignored rather than built."""
+MIN_LEARNED_BATCHES = 5
+"""Forward passes a replica must have run before its learned latency counts for
+placement. A fresh replica's first passes run cold (a GPU allocates, compiles, tunes;
+a process's first calls fault pages in), and a median of one or two of them would make
+it look several times slower than its twin while the fleet's first robots are placed."""
 
 
 @dataclass(frozen=True)
@@ -174,11 +179,15 @@ def _reported_demand(row: dict[str, Any]) -> RobotDemand | None:
 
 def learned_profile(stats: Any, max_batch_size: int) -> ReplicaProfile | None:
     """The latency a replica's ``/stats`` (parsed JSON) reports, up to ``max_batch_size``;
-    None when it reports none, or points that are not batch sizes of 1 to
-    :data:`MAX_REPORTED_BATCH_SIZE` with finite positive seconds."""
+    None (the front door keeps the profile it has) before the replica has run
+    :data:`MIN_LEARNED_BATCHES` forward passes, when it reports none, or points that are
+    not batch sizes of 1 to :data:`MAX_REPORTED_BATCH_SIZE` with finite positive seconds."""
     try:
         points = {int(b): float(s) for b, s in stats["latency_points_s"].items()}
+        num_batches = sum(int(n) for n in stats["batch_size_counts"].values())
     except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if num_batches < MIN_LEARNED_BATCHES:
         return None
     if not all(1 <= b <= MAX_REPORTED_BATCH_SIZE and math.isfinite(s) for b, s in points.items()):
         return None
