@@ -48,8 +48,9 @@ pytestmark = [
 
 SERVED_AGAIN_S = 10.0
 """Every robot of a killed replica is answered by another within this many seconds."""
-RESTART_S = 60.0
-"""Ray Serve starts a replacement replica within this many seconds."""
+RESTART_S = 120.0
+"""Ray Serve starts a replacement replica within this many seconds (about 2 s on an idle
+machine; over 60 s with the test's two cores shared by two other busy processes)."""
 KEY = "cluster-key"
 """The cluster's API key: robots get through the front door with it (openpi robots on to
 their replica with its ticket, GR00T robots with the key as their api_token)."""
