@@ -14,7 +14,13 @@ import pytest
 from armory_client import RobotState, attach
 from server_harness import GatedPolicy, expected_actions, make_mock, make_obs
 
-from armory.core.errors import PolicyError, QueueStateError, SessionClosed, Superseded
+from armory.core.errors import (
+    PolicyError,
+    QueueStateError,
+    RequestError,
+    SessionClosed,
+    Superseded,
+)
 from armory.core.latency_profile import LatencyProfile
 from armory.engine.batch_loop import BatchLoop, ChunkResult
 from armory.engine.config import PlainClientDefaults, ServerConfig
@@ -615,6 +621,44 @@ def test_the_engine_sets_the_switch_interval_while_it_runs() -> None:
     before = sys.getswitchinterval()
     assert run(scenario) == pytest.approx(0.0007)
     assert sys.getswitchinterval() == before
+
+
+def test_a_fault_taking_back_one_robots_request_fails_that_robot_only() -> None:
+    """Robots 8 and 9 ride the batch decided ahead, which is taken back when batch 0
+    overruns; putting robot 8's request back fails (a fault injected in the mirror): its
+    request is answered with an error, and robot 9's waits again and rides the next batch."""
+
+    async def scenario() -> tuple[BaseException | None, list[int]]:
+        executor, loop = _recording_loop(max_batch_size=4, decide_ahead_s=0.04, clock=lambda: 100.0)
+        undispatch = loop.mirror.undispatch
+
+        def faulty(robot_id: int, chunk_start: int, land_s: float) -> None:
+            if robot_id == 8:
+                raise RuntimeError("injected")
+            undispatch(robot_id, chunk_start, land_s)
+
+        loop.mirror.undispatch = faulty  # type: ignore[method-assign]
+        loop.start()
+        loop.submit(7, _one_action_plan(), make_obs(0), received_s=100.0)
+        while not executor.batches:
+            await asyncio.sleep(0)
+        eight = loop.submit(8, _one_action_plan(), make_obs(1), received_s=100.0)
+        nine = loop.submit(9, _one_action_plan(), make_obs(2), received_s=100.0)
+        async with asyncio.timeout(5.0):
+            while not eight.done():  # taken back 80 ms after batch 0 started
+                await asyncio.sleep(0.001)
+        executor.finish(0, _chunk_outcome(0.15))
+        async with asyncio.timeout(5.0):
+            while len(executor.batches) < 3:
+                await asyncio.sleep(0.001)
+            executor.finish(2, _chunk_outcome(0.05))
+            await nine
+        await loop.stop()
+        return eight.exception(), executor.batches
+
+    error, batches = run(scenario)
+    assert isinstance(error, RequestError)
+    assert batches == [1, 2, 1]
 
 
 def test_engines_stopped_in_any_order_put_the_switch_interval_back() -> None:

@@ -71,6 +71,7 @@ _CULPRIT = (
     "the scheduler failed on this robot's queue state, so this request was refused (the "
     "other robots were served); send a new observation"
 )
+_NOT_SCHEDULED = "the server failed to schedule this request"
 
 
 @dataclass(frozen=True)
@@ -463,7 +464,7 @@ class BatchLoop:
         except Exception:
             logger.exception("scheduling failed; failing the waiting requests")
             for request in self._waiting.values():
-                _fail(request.future, RequestError("the server failed to schedule this request"))
+                _fail(request.future, RequestError(_NOT_SCHEDULED))
             self._waiting.clear()
             return None
 
@@ -535,20 +536,30 @@ class BatchLoop:
             return
         self._queued = None
         for request in queued.requests:
-            self._leave_inflight(request)
-            if request.future.done():  # the robot left
-                continue
-            robot_id = request.robot_id
-            if robot_id not in self.mirror:  # refused meanwhile
-                _fail(request.future, QueueStateError(_CULPRIT))
-                continue
-            self.mirror.undispatch(robot_id, request.chunk_start, request.land_s)
-            if robot_id in self._waiting:
-                _fail(request.future, Superseded("a newer observation of the robot replaced it"))
-            else:
-                self._waiting[robot_id] = request
+            try:
+                self._wait_again(request)
+            except Exception:
+                # A fault here must not leave the robot's request unanswered for good.
+                logger.exception("taking back robot %d's request failed", request.robot_id)
+                _fail(request.future, RequestError(_NOT_SCHEDULED))
         queued.handled.set_result(None)
         self._counters.num_taken_back += 1
+
+    def _wait_again(self, request: _Request) -> None:
+        """A request of a batch taken back waits again (unless its robot left, was refused,
+        or sent a newer observation meanwhile)."""
+        self._leave_inflight(request)
+        if request.future.done():  # the robot left
+            return
+        robot_id = request.robot_id
+        if robot_id not in self.mirror:  # refused meanwhile
+            _fail(request.future, QueueStateError(_CULPRIT))
+            return
+        self.mirror.undispatch(robot_id, request.chunk_start, request.land_s)
+        if robot_id in self._waiting:
+            _fail(request.future, Superseded("a newer observation of the robot replaced it"))
+        else:
+            self._waiting[robot_id] = request
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:
