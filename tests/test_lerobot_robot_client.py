@@ -93,7 +93,8 @@ def test_unmodified_lerobot_robot_client_runs_against_armory(tmp_path: Path) -> 
     assert summary["num_observations"] > 10
     assert len(summary["actions"]) > 30, summary["num_observations"]
     assert all(len(action) == 7 for action in summary["actions"])
-    assert stats.num_errors == 0 and stats.num_replies >= 3
+    assert stats.num_errors == 0, stats.errors_by_door  # the kinds, should one ever come
+    assert stats.num_replies >= 3
 
 
 @needs_lerobot
