@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 import time
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Mapping
@@ -58,22 +59,26 @@ _MOVING = "the robot is moving to another replica"
 class _SwitchInterval:
     """The process's thread switch interval while engines run: the shortest any running
     engine asks for; Python's own again once the last of them stops (engines may start
-    and stop in any order, e.g. several replicas in one test process)."""
+    and stop in any order, e.g. several replicas in one test process, each engine on its
+    own thread)."""
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()
         self._held_s: dict[int, float] = {}
         self._before_s = 0.0
 
     def hold(self, holder: int, interval_s: float) -> None:
-        if not self._held_s:
-            self._before_s = sys.getswitchinterval()
-        self._held_s[holder] = interval_s
-        sys.setswitchinterval(min(self._held_s.values()))
+        with self._lock:
+            if not self._held_s:
+                self._before_s = sys.getswitchinterval()
+            self._held_s[holder] = interval_s
+            sys.setswitchinterval(min(self._held_s.values()))
 
     def release(self, holder: int) -> None:
-        if self._held_s.pop(holder, None) is None:
-            return
-        sys.setswitchinterval(min(self._held_s.values(), default=self._before_s))
+        with self._lock:
+            if self._held_s.pop(holder, None) is None:
+                return
+            sys.setswitchinterval(min(self._held_s.values(), default=self._before_s))
 
 
 _switch_interval = _SwitchInterval()
