@@ -669,6 +669,13 @@ def test_a_replica_reporting_an_unusable_latency_is_alive_without_a_profile(poin
     assert learned_profile(stats, max_batch_size=4) is None
 
 
+@pytest.mark.parametrize("counts", ['{"1": Infinity}', '{"1": NaN}', '{"1": "x"}', "[5]"])
+def test_a_replica_reporting_unusable_batch_counts_is_alive_without_a_profile(counts: str) -> None:
+    """Batch counts that are not finite numbers, or not a mapping, give no profile."""
+    stats = json.loads(f'{{"latency_points_s": {{"1": 0.05}}, "batch_size_counts": {counts}}}')
+    assert learned_profile(stats, max_batch_size=4) is None
+
+
 def test_a_replica_reported_latency_becomes_its_profile_once_it_ran_a_few_passes() -> None:
     """Learned points read back as the replica's latency per batch size, 1 to the max,
     once the replica has run MIN_LEARNED_BATCHES forward passes; before that (its first

@@ -185,7 +185,7 @@ def learned_profile(stats: Any, max_batch_size: int) -> ReplicaProfile | None:
     try:
         points = {int(b): float(s) for b, s in stats["latency_points_s"].items()}
         num_batches = sum(int(n) for n in stats["batch_size_counts"].values())
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, OverflowError, KeyError, TypeError, AttributeError):
         return None
     if num_batches < MIN_LEARNED_BATCHES:
         return None
