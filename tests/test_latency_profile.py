@@ -302,6 +302,39 @@ def test_around_a_single_measured_size_the_lesser_of_two_curves() -> None:
     assert profile.latency_s(6) == pytest.approx(0.6)
 
 
+def test_a_cold_first_pass_does_not_price_a_size_out() -> None:
+    """Sizes 1-7 run warm; the first batch of 8 runs cold at ten times its warm time (a
+    new input shape: kernels compiled, memory allocated). Taken at its word it would put
+    size 8 and every larger size at 1.3 s, and the scheduler would never run them again
+    to learn otherwise. It is held back; the next batch of 8, warm, counts, and the cold
+    one is dropped for good."""
+    profile = make_profile({1: 0.06, 8: 0.13})
+    for size in range(1, 8):
+        profile.observe(size, 0.05 + 0.01 * size)
+    before = profile.table(16).copy()
+    profile.observe(8, 1.3)
+    assert np.array_equal(profile.table(16), before)
+    profile.observe(8, 0.13)
+    profile.observe(8, 0.14)
+    assert profile.latency_s(8) == pytest.approx(0.135)
+    assert profile.latency_s(16) < 0.3
+
+
+def test_a_guess_far_too_cheap_is_corrected_by_the_second_pass() -> None:
+    """Seeded for a GPU five times faster: the first pass at 0.1 s could be a cold one and
+    waits; the second, as dear, confirms it and both count. A pass under twice the
+    estimate counts at once."""
+    profile = make_profile({1: 0.02})
+    profile.observe(1, 0.1)
+    assert profile.latency_s(1) == pytest.approx(0.02)
+    profile.observe(1, 0.1)
+    assert profile.latency_s(1) == pytest.approx(0.1)
+    assert profile.points() == pytest.approx({1: 0.1})
+    near = make_profile({1: 0.02})
+    near.observe(1, 0.039)
+    assert near.latency_s(1) == pytest.approx(0.039)
+
+
 def test_past_the_measured_sizes_never_below_the_largest() -> None:
     """A larger batch is never estimated faster than a measured smaller one, though the
     measured medians fall (noise) and the configured curve says less."""
@@ -312,6 +345,7 @@ def test_past_the_measured_sizes_never_below_the_largest() -> None:
     assert [profile.latency_s(b) for b in (4, 10, 100)] == pytest.approx([0.08, 0.08, 0.08])
     fast = make_profile({1: 0.01, 2: 0.02})
     fast.observe(2, 0.05)
+    fast.observe(2, 0.05)  # more than twice the estimate: the second pass confirms it
     assert fast.latency_s(3) == pytest.approx(0.05)
 
 
@@ -334,11 +368,13 @@ def test_below_the_measured_sizes_never_above_the_smallest() -> None:
 def test_estimates_stay_within_the_measured_neighbours(
     configured: dict[int, float], measured: dict[int, float]
 ) -> None:
-    """Every size's estimate is positive and finite, a measured size's is its sample, a
+    """Every size's estimate is positive and finite, a measured size's is its samples', a
     size past the measured ones is at least the largest measured size's, and one before
-    them at most the smallest measured size's."""
+    them at most the smallest measured size's. (Each size runs twice: a first pass far
+    dearer than its estimate waits for the second.)"""
     profile = LatencyProfile(configured)
     for size, seconds in measured.items():
+        profile.observe(size, seconds)
         profile.observe(size, seconds)
     table = profile.table(24)
     assert np.all(np.isfinite(table[1:])) and np.all(table[1:] > 0)

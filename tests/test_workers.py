@@ -116,6 +116,46 @@ def test_worker_answers_each_robot_with_its_own_chunk(make_worker: MakeWorker) -
         np.testing.assert_array_equal(chunk, expected(policy, obs))
 
 
+def test_profiled_batch_sizes_are_timed_warm(make_worker: MakeWorker) -> None:
+    """Each batch size the worker times at start-up runs once untimed first: the first pass
+    at a new input shape is often a cold one (here 0.4 s on top), and a cold time would
+    seed the server's profile with a size too dear to run."""
+    policy = make_worker(
+        intercept_s=0.01, cold_pass_s=0.4, worker=WorkerOptions(profile_batch_sizes=(1, 4))
+    )
+    points = policy.metadata.latency_points
+    assert points is not None and set(points) == {1, 4}
+    assert max(points.values()) < 0.2, points
+
+
+def test_a_servers_profile_is_not_priced_out_by_cold_passes(make_worker: MakeWorker) -> None:
+    """Served through a server, every batch size's first pass runs 0.4 s cold; the learned
+    profile holds each back until a second pass at that size says whether it was, and no
+    size ends up priced at its cold pass."""
+    policy = make_worker(intercept_s=0.01, slope_s=0.002, cold_pass_s=0.4)
+    robots = [[make_obs(100 * robot + step) for step in range(6)] for robot in range(4)]
+    with running_server(policy, max_batch_size=4) as server:
+        failures: list[BaseException] = []
+
+        def robot(index: int) -> None:
+            try:
+                with PolicyClient("127.0.0.1", server.port, request_timeout_s=60.0) as client:
+                    for obs in robots[index]:
+                        client.infer(obs)
+            except BaseException as exc:  # reported below
+                failures.append(exc)
+
+        threads = [threading.Thread(target=robot, args=(i,)) for i in range(len(robots))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60.0)
+        assert not failures, failures
+        stats = server.stats()
+    assert sum(stats.batch_size_counts.values()) >= 6
+    assert max(stats.latency_points_s.values()) < 0.2, stats.latency_points_s
+
+
 def test_four_robots_through_a_server(make_worker: MakeWorker) -> None:
     """Four openpi clients at once through ArmoryServer: every reply is its robot's chunk."""
     policy = make_worker(intercept_s=0.01)

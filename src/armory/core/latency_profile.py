@@ -24,6 +24,11 @@ A size not yet run is guessed at the cheapest plausible time: a guess too cheap 
 corrected by the first batch of that size the scheduler runs, one too dear would keep
 the scheduler from ever running it (a server started from the ``l40s-pi05`` preset, 250 ms at four
 robots, on a GPU that takes 20 ms, would otherwise keep to single robots for good).
+For the same reason a size's first pass more than twice as dear as its estimate waits
+for a second pass before it counts: the first pass at a new input shape is often a
+cold one (kernels compiled or tuned, memory allocated), ten times the warm time or
+more, and taken at its word it would price that size, and every larger one, out of
+the scheduler's reach for good.
 """
 
 from __future__ import annotations
@@ -96,6 +101,12 @@ MAX_PROFILE_BATCH_SIZE = 65_536
 largest point)."""
 
 
+COLD_PASS_FACTOR = 2.0
+"""A batch size's first pass more than this many times dearer than the profile's estimate
+is held back as a possible cold start until a second pass at that size confirms it
+(:meth:`LatencyProfile.observe`)."""
+
+
 class LatencyProfile:
     """Seconds per forward pass as a function of batch size, learned online."""
 
@@ -117,6 +128,9 @@ class LatencyProfile:
         self._seed_seconds = np.array([self._configured[b] for b in seed_sizes])
         self._window = window
         self._samples: dict[int, deque[float]] = {}
+        self._cold: dict[int, float] = {}
+        """Per batch size never learned: its first pass, held back as far dearer than
+        expected (:meth:`observe`)."""
         self._medians: dict[int, float] = {}
         self._tables: dict[int, np.ndarray] = {}
         self._rebuild()
@@ -158,11 +172,28 @@ class LatencyProfile:
     # ---- learning ------------------------------------------------------
 
     def observe(self, batch_size: int, seconds: float) -> None:
-        """Record one measured forward pass; called by the engine after every batch."""
+        """Record one measured forward pass; called by the engine after every batch.
+
+        The first pass at a batch size that takes more than :data:`COLD_PASS_FACTOR`
+        times the estimate there is held back: a new input shape often runs cold (kernels
+        compiled or tuned, memory allocated), and one cold pass taken at its word would
+        make that size and every larger one look too dear for the scheduler ever to run
+        them again. The next pass at that size decides: as dear, both count (the estimate
+        was too cheap, corrected a pass later); cheaper, the held one is dropped."""
         if not 1 <= batch_size <= MAX_PROFILE_BATCH_SIZE or not 0 < seconds < np.inf:
             return
-        samples = self._samples.setdefault(batch_size, deque(maxlen=self._window))
-        samples.append(float(seconds))
+        seconds = float(seconds)
+        samples = self._samples.get(batch_size)
+        if samples is None:
+            held_s = self._cold.pop(batch_size, None)
+            dear = seconds > COLD_PASS_FACTOR * self.latency_s(batch_size)
+            if held_s is None and dear:
+                self._cold[batch_size] = seconds
+                return
+            samples = self._samples[batch_size] = deque(maxlen=self._window)
+            if held_s is not None and dear:
+                samples.append(held_s)
+        samples.append(seconds)
         median = float(statistics.median(samples))
         if self._medians.get(batch_size) != median:
             self._medians[batch_size] = median

@@ -452,6 +452,8 @@ class MockWorkerPolicyConfig:
     """Fixed noise of shape (action_horizon, action_dim); 0.1 x its first row is added."""
     start_error: str | None = None
     """Tests only: the backend fails to build with this message."""
+    cold_pass_s: float = 0.0
+    """Seconds the first forward pass at each batch size takes on top (a cold start)."""
 
     def __post_init__(self) -> None:
         if min(self.action_horizon, self.action_dim, self.state_dim) < 1:
@@ -459,8 +461,11 @@ class MockWorkerPolicyConfig:
                 f"action_horizon, action_dim and state_dim must be >= 1, got "
                 f"{self.action_horizon}, {self.action_dim}, {self.state_dim}"
             )
-        if self.intercept_s < 0 or self.slope_s < 0:
-            raise ValueError(f"latency must be >= 0, got {self.intercept_s}, {self.slope_s}")
+        if min(self.intercept_s, self.slope_s, self.cold_pass_s) < 0:
+            raise ValueError(
+                f"intercept_s, slope_s and cold_pass_s must be >= 0, got {self.intercept_s}, "
+                f"{self.slope_s}, {self.cold_pass_s}"
+            )
 
     def spec(self) -> WorkerSpec:
         options: dict[str, Any] = {
@@ -474,6 +479,7 @@ class MockWorkerPolicyConfig:
             "slope_s": self.slope_s,
             "fault_key": self.fault_key,
             "start_error": self.start_error,
+            "cold_pass_s": self.cold_pass_s,
         }
         if self.noise.enabled:
             options["noise_shape"] = [self.action_horizon, self.action_dim]

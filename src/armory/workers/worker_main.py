@@ -94,9 +94,10 @@ class Worker:
         example = backend.example_observation()
         points: dict[str, float] = {}
         sizes = [int(size) for size in message.get("profile_batch_sizes", [])]
-        if sizes:
-            backend.infer([example])  # warm-up: lazy initialisation, allocator, kernels
         for size in sizes:
+            # Warm-up: a new input shape often runs cold (lazy initialisation, kernels
+            # compiled or tuned, memory allocated); the timed pass is the second.
+            backend.infer([example] * size)
             started = time.perf_counter()
             backend.infer([example] * size)
             points[str(size)] = time.perf_counter() - started

@@ -2,8 +2,10 @@
 
 Actions are a pure function of each observation's declared inputs
 (:func:`worker_mock_actions`), so a test can recompute every chunk. A forward pass
-lasts ``intercept_s + slope_s * batch`` (slept). With ``fault_key`` set, a text input of
-that name makes the worker misbehave on purpose (tests only; off by default):
+lasts ``intercept_s + slope_s * batch`` (slept; the first at each batch size
+``cold_pass_s`` longer, as a new input shape often runs on a GPU). With ``fault_key``
+set, a text input of that name makes the worker misbehave on purpose (tests only; off
+by default):
 ``crash`` (SIGKILL itself), ``exit`` (exit code 3), ``hang`` (sleep for an hour),
 ``raise`` (a ValueError for the batch).
 """
@@ -44,8 +46,10 @@ class MockBackend(Backend):
         noise_shape: Sequence[int] | None = None,
         fault_key: str | None = None,
         start_error: str | None = None,
+        cold_pass_s: float = 0.0,
     ) -> None:
-        """``start_error`` makes building fail with that message (tests of start-up errors)."""
+        """``start_error`` makes building fail with that message (tests of start-up errors);
+        ``cold_pass_s`` lengthens the first pass at each batch size (a cold start)."""
         if start_error:
             raise RuntimeError(start_error)
         inputs: dict[str, dict[str, Any]] = {
@@ -66,6 +70,8 @@ class MockBackend(Backend):
         self._slope_s = slope_s
         self._fault_key = fault_key
         self._noise: np.ndarray | None = None
+        self._cold_pass_s = cold_pass_s
+        self._warm_sizes: set[int] = set()
 
     def info(self) -> BackendInfo:
         return self._info
@@ -79,6 +85,9 @@ class MockBackend(Backend):
         for obs in observations:
             self._fault(obs)
         done_s = time.perf_counter() + self._intercept_s + self._slope_s * len(observations)
+        if len(observations) not in self._warm_sizes:
+            self._warm_sizes.add(len(observations))
+            done_s += self._cold_pass_s
         info = self._info
         chunks = np.stack(
             [
