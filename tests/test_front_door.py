@@ -25,13 +25,14 @@ from server_harness import armory_serve, make_mock, make_obs
 from armory.cluster.front_door import MOVE_COOLDOWN_S, FrontDoor
 from armory.cluster.health import (
     MIN_LEARNED_BATCHES,
+    Probe,
     ReplicaPresence,
     learned_profile,
     replica_presence,
 )
 from armory.cluster.placement_request import parse_placement_request
 from armory.cluster.replica_table import ReplicaAddress, ReplicaTable
-from armory.cluster.supervisor import Supervisor, SupervisorConfig
+from armory.cluster.supervisor import PROFILE_TOLERANCE, Supervisor, SupervisorConfig
 from armory.core.latency_profile import LinearProfileConfig
 from armory.engine.config import ServerConfig
 from armory.fleet import FleetOptions, run_fleet
@@ -674,6 +675,41 @@ def test_a_replica_reporting_unusable_batch_counts_is_alive_without_a_profile(co
     """Batch counts that are not finite numbers, or not a mapping, give no profile."""
     stats = json.loads(f'{{"latency_points_s": {{"1": 0.05}}, "batch_size_counts": {counts}}}')
     assert learned_profile(stats, max_batch_size=4) is None
+
+
+def test_a_replicas_learned_latency_replaces_its_profile_only_once_it_moved() -> None:
+    """A replica's medians wander a little with every probe; the profile placement holds
+    for its slot is replaced only when some batch size moved by more than
+    PROFILE_TOLERANCE (each new profile costs a fluid program per replica at the next
+    rebalance, on the front door's loop)."""
+    door = FrontDoor(ReplicaTable(1), make_placement("fluid", [GPU]), port=0)
+    address = ReplicaAddress(replica_id="r0", host="127.0.0.1", openpi_port=9)
+    learned = [GPU]
+
+    class Probed(Supervisor):
+        async def _probe(self, address: ReplicaAddress) -> Probe:
+            return Probe(alive=True, profile=learned[0])
+
+    async def registry() -> list[ReplicaAddress]:
+        return [address]
+
+    def scaled(factor: float, size: int = 4) -> ReplicaProfile:
+        table = list(GPU.latency_table_s)
+        table[size - 1] *= factor
+        return ReplicaProfile(tuple(table))
+
+    supervisor = Probed(door, registry, SupervisorConfig(move_robots=False))
+    asyncio.run(supervisor.round())  # admitted, with the profile it reports
+    assert door.table.slot_of("r0") == 0 and door.placement.profiles[0] == GPU
+    learned[0] = scaled(1.0 + PROFILE_TOLERANCE / 2)
+    asyncio.run(supervisor.round())
+    assert door.placement.profiles[0] is GPU
+    learned[0] = scaled(1.0 + 2 * PROFILE_TOLERANCE)
+    asyncio.run(supervisor.round())
+    assert door.placement.profiles[0] == learned[0]
+    learned[0] = ReplicaProfile(GPU.latency_table_s[:3])  # another max batch size
+    asyncio.run(supervisor.round())
+    assert door.placement.profiles[0] == learned[0]
 
 
 def test_a_replica_reported_latency_becomes_its_profile_once_it_ran_a_few_passes() -> None:

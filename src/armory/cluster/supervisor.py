@@ -28,6 +28,14 @@ from armory.cluster.replica_table import ReplicaAddress
 logger = logging.getLogger(__name__)
 
 
+PROFILE_TOLERANCE = 0.02
+"""A replica's learned latency replaces the profile placement holds for it once some
+batch size's seconds moved by more than this share: a replica's medians wander by a
+little with every probe, each new profile costs placement a fluid program per replica
+at the next rebalance (tens of milliseconds on the front door's loop), and loads this
+close are tied for placement anyway (``LOAD_TIE``)."""
+
+
 @dataclass(frozen=True)
 class SupervisorConfig:
     """How often and how patiently replicas are checked."""
@@ -125,7 +133,10 @@ class Supervisor:
         for (slot, address), probe in zip(held, probes, strict=True):
             if probe.alive:
                 self._misses[address.replica_id] = 0
-                if probe.profile is not None:
+                held = self.door.placement.profiles[slot]
+                if probe.profile is not None and probe.profile.differs_from(
+                    held, PROFILE_TOLERANCE
+                ):
                     self.door.placement.update_profile(slot, probe.profile)
                 if probe.presence is not None:
                     gone = self.door.reconcile(

@@ -73,6 +73,16 @@ class ReplicaProfile:
                 f"latency_table_s must be non-empty and > 0, got {self.latency_table_s}"
             )
 
+    def differs_from(self, other: ReplicaProfile, tolerance: float) -> bool:
+        """Whether some batch size's seconds differ from ``other``'s by more than
+        ``tolerance`` of ``other``'s (or the tables' max batch sizes differ)."""
+        if len(self.latency_table_s) != len(other.latency_table_s):
+            return True
+        return any(
+            abs(mine - theirs) > tolerance * theirs
+            for mine, theirs in zip(self.latency_table_s, other.latency_table_s, strict=True)
+        )
+
 
 class NoReplicaError(RuntimeError):
     """Every replica is down: a robot cannot be placed."""
