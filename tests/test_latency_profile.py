@@ -320,6 +320,20 @@ def test_a_cold_first_pass_does_not_price_a_size_out() -> None:
     assert profile.latency_s(16) < 0.3
 
 
+def test_a_cold_first_pass_is_dropped_even_where_the_warm_one_is_dearer_than_guessed() -> None:
+    """Measured flat at sizes 1 and 2, size 32 is guessed at 13 ms; its first pass runs
+    cold (1.07 s), its second warm (72 ms, still five times the guess). The second
+    decides by the first: that took more than twice as long, so it ran cold and goes."""
+    profile = make_profile({1: 0.016})
+    profile.observe(1, 0.016)
+    profile.observe(2, 0.013)
+    assert profile.latency_s(32) == pytest.approx(0.013)
+    profile.observe(32, 1.07)
+    assert profile.latency_s(32) == pytest.approx(0.013)
+    profile.observe(32, 0.072)
+    assert profile.points() == pytest.approx({1: 0.016, 2: 0.013, 32: 0.072})
+
+
 def test_a_guess_far_too_cheap_is_corrected_by_the_second_pass() -> None:
     """Seeded for a GPU five times faster: the first pass at 0.1 s could be a cold one and
     waits; the second, as dear, confirms it and both count. A pass under twice the

@@ -25,10 +25,11 @@ corrected by the first batch of that size the scheduler runs, one too dear would
 the scheduler from ever running it (a server started from the ``l40s-pi05`` preset, 250 ms at four
 robots, on a GPU that takes 20 ms, would otherwise keep to single robots for good).
 For the same reason a size's first pass more than twice as dear as its estimate waits
-for a second pass before it counts: the first pass at a new input shape is often a
-cold one (kernels compiled or tuned, memory allocated), ten times the warm time or
-more, and taken at its word it would price that size, and every larger one, out of
-the scheduler's reach for good.
+for a second pass before it counts, and is dropped if it took more than twice as long
+as the second: the first pass at a new input shape is often a cold one (kernels
+compiled or tuned, memory allocated), ten times the warm time or more, and taken at
+its word it would price that size, and every larger one, out of the scheduler's reach
+for good.
 """
 
 from __future__ import annotations
@@ -103,8 +104,8 @@ largest point)."""
 
 COLD_PASS_FACTOR = 2.0
 """A batch size's first pass more than this many times dearer than the profile's estimate
-is held back as a possible cold start until a second pass at that size confirms it
-(:meth:`LatencyProfile.observe`)."""
+is held back as a possible cold start until a second pass at that size: dropped if it
+took more than this many times as long as the second (:meth:`LatencyProfile.observe`)."""
 
 
 class LatencyProfile:
@@ -178,20 +179,20 @@ class LatencyProfile:
         times the estimate there is held back: a new input shape often runs cold (kernels
         compiled or tuned, memory allocated), and one cold pass taken at its word would
         make that size and every larger one look too dear for the scheduler ever to run
-        them again. The next pass at that size decides: as dear, both count (the estimate
-        was too cheap, corrected a pass later); cheaper, the held one is dropped."""
+        them again. The next pass at that size decides: if the held one took more than
+        :data:`COLD_PASS_FACTOR` times as long, it ran cold and is dropped; otherwise both
+        count (the estimate was too cheap, corrected a pass later)."""
         if not 1 <= batch_size <= MAX_PROFILE_BATCH_SIZE or not 0 < seconds < np.inf:
             return
         seconds = float(seconds)
         samples = self._samples.get(batch_size)
         if samples is None:
             held_s = self._cold.pop(batch_size, None)
-            dear = seconds > COLD_PASS_FACTOR * self.latency_s(batch_size)
-            if held_s is None and dear:
+            if held_s is None and seconds > COLD_PASS_FACTOR * self.latency_s(batch_size):
                 self._cold[batch_size] = seconds
                 return
             samples = self._samples[batch_size] = deque(maxlen=self._window)
-            if held_s is not None and dear:
+            if held_s is not None and held_s <= COLD_PASS_FACTOR * seconds:
                 samples.append(held_s)
         samples.append(seconds)
         median = float(statistics.median(samples))
