@@ -133,9 +133,9 @@ class Supervisor:
         for (slot, address), probe in zip(held, probes, strict=True):
             if probe.alive:
                 self._misses[address.replica_id] = 0
-                held = self.door.placement.profiles[slot]
+                current = self.door.placement.profiles[slot]
                 if probe.profile is not None and probe.profile.differs_from(
-                    held, PROFILE_TOLERANCE
+                    current, PROFILE_TOLERANCE
                 ):
                     self.door.placement.update_profile(slot, probe.profile)
                 if probe.presence is not None:
