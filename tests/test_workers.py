@@ -20,6 +20,8 @@ from server_harness import running_server
 
 from armory.engine.executor import Executor
 from armory.policies.base import Policy
+from armory.policies.config import for_server
+from armory.policies.mock import MockPolicyConfig
 from armory.policies.noise import NoiseConfig, make_noise, save_ticket
 from armory.policies.worker_policy import MockWorkerPolicyConfig, WorkerOptions, WorkerPolicy
 from armory.workers.backends.mock import worker_mock_actions
@@ -126,6 +128,31 @@ def test_profiled_batch_sizes_are_timed_warm(make_worker: MakeWorker) -> None:
     points = policy.metadata.latency_points
     assert points is not None and set(points) == {1, 4}
     assert max(points.values()) < 0.2, points
+
+
+def test_warmed_batch_sizes_meet_no_cold_pass_while_serving(make_worker: MakeWorker) -> None:
+    """Every size up to the max batch runs once at start-up: no batch while serving pays
+    the first, cold, pass at its size (0.4 s here; the warm ones take about 10 ms)."""
+    policy = make_worker(
+        intercept_s=0.01, cold_pass_s=0.4, worker=WorkerOptions(warmup_batch_sizes=(1, 2, 3, 4))
+    )
+    for size in (4, 1, 3, 2):
+        started = time.perf_counter()
+        policy.infer_batch([make_obs(seed) for seed in range(size)])
+        assert time.perf_counter() - started < 0.3, size
+
+
+def test_a_server_warms_every_batch_size_of_a_worker_unless_told_otherwise() -> None:
+    """``armory serve`` and ``armory eval`` make a worker policy for their max batch: warm-up
+    sizes 1..max unless given (empty: none); a policy without a worker is left alone."""
+    config = MockWorkerPolicyConfig()
+    assert config.worker.warmup_batch_sizes is None
+    assert for_server(config, 5).worker.warmup_batch_sizes == (1, 2, 3, 4, 5)
+    given = MockWorkerPolicyConfig(worker=WorkerOptions(warmup_batch_sizes=()))
+    assert for_server(given, 5) == given
+    assert for_server(MockPolicyConfig(), 5) == MockPolicyConfig()
+    with pytest.raises(ValueError, match="warmup_batch_sizes must be >= 1"):
+        WorkerOptions(warmup_batch_sizes=(0, 2))
 
 
 def test_a_servers_profile_is_not_priced_out_by_cold_passes(make_worker: MakeWorker) -> None:

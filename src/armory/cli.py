@@ -34,7 +34,7 @@ from armory.eval.command import Eval, EvalError
 from armory.fleet_spec import RequestMode
 from armory.observe.logs import LogFormat, configure_logging
 from armory.placement.registry import check_placement_name, placement_names
-from armory.policies.config import PolicyConfig, make_policy
+from armory.policies.config import PolicyConfig, for_server, make_policy
 from armory.policies.mock import MockPolicyConfig
 from armory.report import SimReport
 from armory.scheduling.config import SchedulerConfig
@@ -333,7 +333,7 @@ class Serve:
         scheduler = make_scheduler(self.scheduler_options.config(self.server.scheduler, self.seed))
         from armory.serve import ArmoryServer
 
-        policy = make_policy(self.policy)
+        policy = make_policy(for_server(self.policy, self.server.max_batch_size))
         server = ArmoryServer(
             policy,
             self.server,

@@ -31,7 +31,7 @@ from armory.eval.results import EpisodeResult, format_table, progress_fields
 from armory.eval.runner import EvalError, prepare, run_eval, write_results
 from armory.eval.so101 import So101PickConfig
 from armory.eval.variation import VariationConfig
-from armory.policies.config import PolicyConfig, make_policy
+from armory.policies.config import PolicyConfig, for_server, make_policy
 from armory.policies.expert import ExpertPolicyConfig
 from armory.server_stats import batches_since_now
 from armory.transports.groot_config import GrootDoorConfig
@@ -126,7 +126,7 @@ class Eval:
             return self._evaluate(uri, api_key, info, None, door_port, num_batches)
         from armory.serve import ArmoryServer, ServerThread
 
-        policy_config = self._scaled_policy()
+        policy_config = for_server(self._scaled_policy(), self.serve.max_batch_size)
         policy = make_policy(policy_config)
         ticket = _ticket(policy_config, policy)
         doors = []

@@ -6,6 +6,7 @@ A new kind is a frozen config dataclass with a ``make() -> Policy`` method, adde
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated
 
 import tyro
@@ -16,7 +17,7 @@ from armory.policies.lerobot import LeRobotPolicyConfig
 from armory.policies.mock import MockPolicyConfig
 from armory.policies.python import PythonPolicyConfig
 from armory.policies.replay import ReplayPolicyConfig
-from armory.policies.worker_policy import MockWorkerPolicyConfig
+from armory.policies.worker_policy import MockWorkerPolicyConfig, WorkerOptions
 
 PolicyConfig = (
     Annotated[MockPolicyConfig, tyro.conf.subcommand("mock")]
@@ -28,13 +29,27 @@ PolicyConfig = (
 )
 
 
-def make_policy(
-    config: MockPolicyConfig
+PolicyChoice = (
+    MockPolicyConfig
     | PythonPolicyConfig
     | ReplayPolicyConfig
     | MockWorkerPolicyConfig
     | LeRobotPolicyConfig
-    | ExpertPolicyConfig,
-) -> Policy:
+    | ExpertPolicyConfig
+)
+"""Any policy kind's config (:data:`PolicyConfig` without the subcommand names)."""
+
+
+def for_server(config: PolicyChoice, max_batch_size: int) -> PolicyChoice:
+    """``config`` as a server of ``max_batch_size`` makes it: a policy that runs a worker
+    warms every batch size up to the max at start-up unless its options say otherwise
+    (:attr:`WorkerOptions.warmup_batch_sizes`)."""
+    worker = getattr(config, "worker", None)
+    if not isinstance(worker, WorkerOptions):
+        return config
+    return dataclasses.replace(config, worker=worker.for_server(max_batch_size))
+
+
+def make_policy(config: PolicyChoice) -> Policy:
     """A new policy for ``config``."""
     return config.make()

@@ -28,7 +28,7 @@ import logging
 import sys
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -73,6 +73,12 @@ class WorkerOptions:
     profile_batch_sizes: tuple[int, ...] = (1,)
     """Batch sizes timed once at start-up (after a warm-up pass); they seed the server's
     latency profile. Empty: no warm-up, no seed."""
+    warmup_batch_sizes: tuple[int, ...] | None = None
+    """Batch sizes run once, untimed, at start-up (largest first), so that none meets its
+    first pass while serving: the first pass at a new input shape often runs cold
+    (kernels compiled or tuned, memory allocated), and a batch too large for the device
+    fails at start-up rather than when the fleet grows. None: every size up to the
+    server's max batch under ``armory serve`` and ``armory eval``, none elsewhere."""
 
     def __post_init__(self) -> None:
         for name in ("start_timeout_s", "watchdog_min_s", "watchdog_factor"):
@@ -80,6 +86,15 @@ class WorkerOptions:
                 raise ValueError(f"worker {name} must be > 0, got {getattr(self, name)}")
         if any(size < 1 for size in self.profile_batch_sizes):
             raise ValueError(f"profile_batch_sizes must be >= 1, got {self.profile_batch_sizes}")
+        if any(size < 1 for size in self.warmup_batch_sizes or ()):
+            raise ValueError(f"warmup_batch_sizes must be >= 1, got {self.warmup_batch_sizes}")
+
+    def for_server(self, max_batch_size: int) -> WorkerOptions:
+        """These options for a server of ``max_batch_size``: warm-up sizes, unless given,
+        every size up to it."""
+        if self.warmup_batch_sizes is not None:
+            return self
+        return replace(self, warmup_batch_sizes=tuple(range(1, max_batch_size + 1)))
 
 
 class WorkerPolicy(Policy):
@@ -307,6 +322,7 @@ class WorkerPolicy(Policy):
             "op": "configure",
             "noise": None,
             "profile_batch_sizes": list(self.options.profile_batch_sizes),
+            "warmup_batch_sizes": list(self.options.warmup_batch_sizes or ()),
         }
         if self.noise is not None:
             arena = self._ensure_arena(self.noise.array.nbytes)

@@ -94,10 +94,15 @@ class Worker:
         example = backend.example_observation()
         points: dict[str, float] = {}
         sizes = [int(size) for size in message.get("profile_batch_sizes", [])]
-        for size in sizes:
-            # Warm-up: a new input shape often runs cold (lazy initialisation, kernels
-            # compiled or tuned, memory allocated); the timed pass is the second.
+        # Warm-up: a new input shape often runs cold (lazy initialisation, kernels
+        # compiled or tuned, memory allocated). Largest first: a batch too large for the
+        # device fails here, before anything else is spent.
+        warm = {int(size) for size in message.get("warmup_batch_sizes", [])}
+        for size in sorted(warm, reverse=True):
             backend.infer([example] * size)
+        for size in sizes:
+            if size not in warm:
+                backend.infer([example] * size)  # so that the timed pass is warm
             started = time.perf_counter()
             backend.infer([example] * size)
             points[str(size)] = time.perf_counter() - started
