@@ -181,6 +181,28 @@ def test_robots_that_left_are_forgotten_after_a_grace() -> None:
     assert door.reconcile(door.placement.replica_of("c"), only_a, after_s=10.0) == []
 
 
+def test_a_robot_forgotten_on_its_way_is_placed_back_where_its_replica_serves_it() -> None:
+    """A robot sent on to its replica but slower to connect there than the grace is
+    forgotten; once its replica reports it by name it is placed back on that replica,
+    weighed by what the replica reports. A name the door never heard is not placed."""
+    now = [0.0]
+    door = _door(clock=lambda: now[0])
+    door.answer("/?robot=c", None)
+    slot = door.placement.replica_of("c")
+    assert slot is not None
+    now[0] = 10.5
+    assert door.reconcile(slot, ReplicaPresence(), after_s=10.0) == ["c"]
+    assert door.placement.replica_of("c") is None
+    reported = RobotDemand(control_hz=30.0, max_execution_horizon=8, weight=2.0)
+    here = ReplicaPresence(names=frozenset({"c", "stranger"}), demands={"c": reported})
+    assert door.reconcile(slot, here, after_s=10.0) == []
+    assert door.placement.replica_of("c") == slot
+    assert door.placement.demand_of("c") == reported
+    assert door.placement.replica_of("stranger") is None
+    assert door.reconcile(slot, here, after_s=10.0) == []
+    assert door.placement.members(slot).count("c") == 1
+
+
 @pytest.mark.parametrize(
     "stats",
     [
@@ -288,10 +310,12 @@ def test_the_supervisor_forgets_robots_once_they_leave_and_not_before() -> None:
     async def scenario() -> None:
         servers, door, supervisor = await _two_replicas_behind_a_door(forget_after_s=0.5)
         task = asyncio.create_task(supervisor.run())
-        plain = PolicyClient(f"ws://127.0.0.1:{door.port}/?robot=plain-0", request_timeout_s=10.0)
         first = fleet.robot_specs()[0]
         door.answer(f"/?robot={first.robot_id}", None)  # placed at the defaults
         assert door.placement.demand_of(first.robot_id) == RobotDemand()
+        # The plain client's connection is told apart from robots on their way by when
+        # each was placed (the latest first): placed last, it is never the one left out.
+        plain = PolicyClient(f"ws://127.0.0.1:{door.port}/?robot=plain-0", request_timeout_s=10.0)
         try:
             assert (await asyncio.to_thread(plain.infer, make_obs(0)))["actions"].size
             run = asyncio.create_task(

@@ -37,15 +37,20 @@ from websockets.http11 import Request, Response
 from armory.cluster.health import ReplicaPresence
 from armory.cluster.placement_request import PlacementRequest, parse_placement_request
 from armory.cluster.replica_table import ReplicaAddress, ReplicaTable
-from armory.placement.base import NoReplicaError, Placement, ReplicaProfile
+from armory.placement.base import NoReplicaError, Placement, ReplicaProfile, RobotDemand
 from armory.server_stats import REPLICAS_PATH
 from armory.transports import http
 from armory.transports.tickets import DEFAULT_TICKET_TTL_S, MAX_TICKET_TTL_S, ticket_query
 
 logger = logging.getLogger(__name__)
 
+ANONYMOUS_PREFIX = "anonymous-"
+"""Names the door gives robots placed without one."""
 MAX_ANONYMOUS = 4096
 """Robots without a name the placement remembers (the oldest are forgotten first)."""
+MAX_FORGOTTEN = 4096
+"""Named robots the door forgot that it still recognises when their replica reports
+them (the oldest drop out first)."""
 MOVE_COOLDOWN_S = 30.0
 """A robot moved off a replica over capacity is not moved again for this long."""
 PLACE_PATH = "/place"
@@ -97,6 +102,8 @@ class FrontDoor:
         """Robots on Armory's client: the slot whose replica last reported them by name."""
         self._moved_s: dict[str, float] = {}
         """Robots moved off a replica over capacity: when."""
+        self._forgotten: dict[str, None] = {}
+        """Named robots forgotten as gone, oldest first (at most ``MAX_FORGOTTEN``)."""
         self._server: Server | None = None
         self._anonymous: deque[str] = deque()
         self._num_anonymous = 0
@@ -136,7 +143,7 @@ class FrontDoor:
         robot = request.robot
         if robot is None:
             self._num_anonymous += 1
-            robot = f"anonymous-{self._num_anonymous}"
+            robot = f"{ANONYMOUS_PREFIX}{self._num_anonymous}"
             self._anonymous.append(robot)
             if len(self._anonymous) > MAX_ANONYMOUS:
                 self._forget(self._anonymous.popleft())
@@ -158,8 +165,17 @@ class FrontDoor:
         connections, and a robot placed without a name (``anonymous-N``) under a name the
         door never heard, so as many of the other robots as the replica has such
         connections are taken to be there (the most recently seen first): for them the
-        count is exact, which robot it is a guess."""
+        count is exact, which robot it is a guess. A named robot forgotten so (sent on,
+        then slower to connect than ``after_s``) that the replica then reports by name is
+        placed back on it."""
         now_s = self._clock()
+        # A robot forgotten on its way (sent on, then slower to reach its replica than
+        # the grace) that its replica now serves by name is placed back there.
+        for robot in sorted(presence.names.intersection(self._forgotten)):
+            del self._forgotten[robot]
+            if self.placement.replica_of(robot) is None and self.placement.alive[slot]:
+                self.placement.place(robot, presence.demands.get(robot, RobotDemand()))
+                self.placement.move(robot, slot)
         members = self.placement.members(slot)
         num_others = presence.num_unnamed + len(presence.names.difference(members))
         unseen = []
@@ -185,6 +201,10 @@ class FrontDoor:
         ]
         for robot in gone:
             self._forget(robot)
+            if not robot.startswith(ANONYMOUS_PREFIX):
+                self._forgotten[robot] = None
+                if len(self._forgotten) > MAX_FORGOTTEN:
+                    del self._forgotten[next(iter(self._forgotten))]
         return gone
 
     def rebalance(self) -> list[tuple[str, int, int]]:
