@@ -181,6 +181,25 @@ def test_robots_that_left_are_forgotten_after_a_grace() -> None:
     assert door.reconcile(door.placement.replica_of("c"), only_a, after_s=10.0) == []
 
 
+def test_a_plain_clients_connection_is_never_credited_to_a_robot_that_reports_by_name() -> None:
+    """A plain client and an Armory robot on one replica; the robot drops out (moving,
+    reconnecting). The replica's one unnamed connection is the plain client's, never the
+    robot's (it would show by name): the plain client is kept however long, the robot is
+    forgotten once its grace runs out."""
+    now = [0.0]
+    door = _door(num_slots=1, clock=lambda: now[0])
+    door.answer("/?robot=plain", None)
+    door.answer("/?robot=arm", None)  # placed last: first in line for a guess
+    here = ReplicaPresence(names=frozenset({"arm"}), num_unnamed=1)
+    assert door.reconcile(0, here, after_s=10.0) == []
+    gone = []
+    for step in range(1, 30):
+        now[0] = 0.5 * step
+        gone += door.reconcile(0, ReplicaPresence(num_unnamed=1), after_s=10.0)
+    assert gone == ["arm"]
+    assert door.placement.members(0) == ["plain"]
+
+
 def test_a_robot_forgotten_on_its_way_is_placed_back_where_its_replica_serves_it() -> None:
     """A robot sent on to its replica but slower to connect there than the grace is
     forgotten; once its replica reports it by name it is placed back on that replica,

@@ -165,7 +165,8 @@ class FrontDoor:
         connections, and a robot placed without a name (``anonymous-N``) under a name the
         door never heard, so as many of the other robots as the replica has such
         connections are taken to be there (the most recently seen first): for them the
-        count is exact, which robot it is a guess. A named robot forgotten so (sent on,
+        count is exact, which robot it is a guess (never one known to report by name). A
+        named robot forgotten so (sent on,
         then slower to connect than ``after_s``) that the replica then reports by name is
         placed back on it."""
         now_s = self._clock()
@@ -191,14 +192,13 @@ class FrontDoor:
                 self.placement.update_demand(
                     robot, dataclasses.replace(reported, round_trip_s=said.round_trip_s)
                 )
-        unseen.sort(key=lambda robot: self._seen_s.get(robot, now_s), reverse=True)
-        for robot in unseen[:num_others]:
+        # A robot the door has known to report by name (Armory's client) is never one of
+        # those connections; it is protected by its own grace only (on its way, moving).
+        guessed = [robot for robot in unseen if robot not in self._reported_at]
+        guessed.sort(key=lambda robot: self._seen_s.get(robot, now_s), reverse=True)
+        for robot in guessed[:num_others]:
             self._seen_s[robot] = now_s
-        gone = [
-            robot
-            for robot in unseen[num_others:]
-            if now_s - self._seen_s.get(robot, now_s) > after_s
-        ]
+        gone = [robot for robot in unseen if now_s - self._seen_s.get(robot, now_s) > after_s]
         for robot in gone:
             self._forget(robot)
             if not robot.startswith(ANONYMOUS_PREFIX):
@@ -228,6 +228,7 @@ class FrontDoor:
             source = old[robot]
             assert source is not None  # placed, since rebalance moved it
             self._moved_s[robot] = now_s
+            self._seen_s[robot] = now_s  # its grace to reconnect runs from the move
             moves.append((robot, source, slot))
         return moves
 
