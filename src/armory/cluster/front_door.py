@@ -166,9 +166,8 @@ class FrontDoor:
         door never heard, so as many of the other robots as the replica has such
         connections are taken to be there (the most recently seen first): for them the
         count is exact, which robot it is a guess (never one known to report by name). A
-        named robot forgotten so (sent on,
-        then slower to connect than ``after_s``) that the replica then reports by name is
-        placed back on it."""
+        named robot forgotten so (sent on, then slower to connect than ``after_s``) that
+        the replica then reports by name is placed back on it."""
         now_s = self._clock()
         # A robot forgotten on its way (sent on, then slower to reach its replica than
         # the grace) that its replica now serves by name is placed back there.
