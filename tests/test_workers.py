@@ -162,22 +162,7 @@ def test_a_servers_profile_is_not_priced_out_by_cold_passes(make_worker: MakeWor
     policy = make_worker(intercept_s=0.01, slope_s=0.002, cold_pass_s=0.4)
     robots = [[make_obs(100 * robot + step) for step in range(6)] for robot in range(4)]
     with running_server(policy, max_batch_size=4) as server:
-        failures: list[BaseException] = []
-
-        def robot(index: int) -> None:
-            try:
-                with PolicyClient("127.0.0.1", server.port, request_timeout_s=60.0) as client:
-                    for obs in robots[index]:
-                        client.infer(obs)
-            except BaseException as exc:  # reported below
-                failures.append(exc)
-
-        threads = [threading.Thread(target=robot, args=(i,)) for i in range(len(robots))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=60.0)
-        assert not failures, failures
+        run_robots(server.port, robots)
         stats = server.stats()
     assert sum(stats.batch_size_counts.values()) >= 6
     assert max(stats.latency_points_s.values()) < 0.2, stats.latency_points_s
@@ -196,12 +181,21 @@ def test_four_robots_through_a_server(make_worker: MakeWorker) -> None:
 def serve_robots(
     policy: Policy, robots: list[list[dict[str, Any]]], timeout_s: float = 60.0
 ) -> list[list[np.ndarray]]:
-    """Serve ``policy`` on a server and run one openpi client thread per robot, each sending
-    its observations in turn; every robot's received chunks, in order."""
+    """Serve ``policy`` on a server and run its robots (:func:`run_robots`); every robot's
+    received chunks, in order."""
+    with running_server(policy) as server:
+        return run_robots(server.port, robots, timeout_s)
+
+
+def run_robots(
+    port: int, robots: list[list[dict[str, Any]]], timeout_s: float = 60.0
+) -> list[list[np.ndarray]]:
+    """One openpi client thread per robot against the server on ``port``, each sending its
+    observations in turn; every robot's received chunks, in order."""
     replies: list[list[np.ndarray]] = [[] for _ in robots]
     failures: list[BaseException] = []
 
-    def robot(index: int, port: int) -> None:
+    def robot(index: int) -> None:
         try:
             # A forward pass on a loaded CI machine can take seconds: the client waits
             # as long as the test does.
@@ -211,14 +205,11 @@ def serve_robots(
         except BaseException as exc:  # reported below
             failures.append(exc)
 
-    with running_server(policy) as server:
-        threads = [
-            threading.Thread(target=robot, args=(i, server.port)) for i in range(len(robots))
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=timeout_s)
+    threads = [threading.Thread(target=robot, args=(i,)) for i in range(len(robots))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=timeout_s)
     assert not failures, failures
     return replies
 
