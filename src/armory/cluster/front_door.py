@@ -44,13 +44,11 @@ from armory.transports.tickets import DEFAULT_TICKET_TTL_S, MAX_TICKET_TTL_S, ti
 
 logger = logging.getLogger(__name__)
 
-ANONYMOUS_PREFIX = "anonymous-"
-"""Names the door gives robots placed without one."""
 MAX_ANONYMOUS = 4096
 """Robots without a name the placement remembers (the oldest are forgotten first)."""
 MAX_FORGOTTEN = 4096
-"""Named robots the door forgot that it still recognises when their replica reports
-them (the oldest drop out first)."""
+"""Robots the door forgot that it still recognises when their replica reports them by
+name (the oldest drop out first; a name the door gave is never reported so)."""
 MOVE_COOLDOWN_S = 30.0
 """A robot moved off a replica over capacity is not moved again for this long."""
 PLACE_PATH = "/place"
@@ -103,7 +101,7 @@ class FrontDoor:
         self._moved_s: dict[str, float] = {}
         """Robots moved off a replica over capacity: when."""
         self._forgotten: dict[str, None] = {}
-        """Named robots forgotten as gone, oldest first (at most ``MAX_FORGOTTEN``)."""
+        """Robots forgotten as gone, oldest first (at most ``MAX_FORGOTTEN``)."""
         self._server: Server | None = None
         self._anonymous: deque[str] = deque()
         self._num_anonymous = 0
@@ -143,7 +141,7 @@ class FrontDoor:
         robot = request.robot
         if robot is None:
             self._num_anonymous += 1
-            robot = f"{ANONYMOUS_PREFIX}{self._num_anonymous}"
+            robot = f"anonymous-{self._num_anonymous}"
             self._anonymous.append(robot)
             if len(self._anonymous) > MAX_ANONYMOUS:
                 self._forget(self._anonymous.popleft())
@@ -200,10 +198,9 @@ class FrontDoor:
         gone = [robot for robot in unseen if now_s - self._seen_s.get(robot, now_s) > after_s]
         for robot in gone:
             self._forget(robot)
-            if not robot.startswith(ANONYMOUS_PREFIX):
-                self._forgotten[robot] = None
-                if len(self._forgotten) > MAX_FORGOTTEN:
-                    del self._forgotten[next(iter(self._forgotten))]
+            self._forgotten[robot] = None
+            if len(self._forgotten) > MAX_FORGOTTEN:
+                del self._forgotten[next(iter(self._forgotten))]
         return gone
 
     def rebalance(self) -> list[tuple[str, int, int]]:
