@@ -191,23 +191,29 @@ def test_over_capacity_equal_robots_fill_the_batch_size_the_optimum_uses() -> No
     assert batch.robot_ids == (0, 1)
 
 
+def _counting_solves(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Every fluid program solved from now on (memo cleared), once per optimum."""
+    fluid_mix._solve.cache_clear()
+    fluid_mix._one_size_feeds_all.cache_clear()
+    solves: list[object] = []
+    solve = fluid_mix.solve_fluid
+
+    def counting_solve(*args: object, **kwargs: object) -> object:
+        if not kwargs.get("expected_ticks"):
+            solves.append(args)
+        return solve(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(fluid_mix, "solve_fluid", counting_solve)
+    return solves
+
+
 def test_the_fluid_optimum_is_a_pure_memo_of_the_snapshot(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The optimum is solved once per fleet composition, latencies of the sizes it weighs
     (in 0.5% steps) and links (in 5 ms steps of round trip), and a decision never depends
     on what the scheduler saw before: a fresh scheduler decides the same."""
-    fluid_mix._solve.cache_clear()
-    solves = []
-    solve = fluid_mix.solve_fluid
-
-    def counting_solve(*args: object, **kwargs: object) -> object:
-        # Each optimum is solved under both tick charges; count it once.
-        if not kwargs.get("expected_ticks"):
-            solves.append(args)
-        return solve(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(fluid_mix, "solve_fluid", counting_solve)
+    solves = _counting_solves(monkeypatch)
     scheduler = JustInTimeScheduler(disabled_rules=WITHOUT_FLUID_SHARE)
     table = LatencyProfile.from_preset("l40s-pi05").table(4)
     weights = [1, 1, 1, 5, 1, 1, 1, 1]
@@ -290,40 +296,88 @@ def test_a_fleet_far_below_capacity_needs_no_linear_program(
     """Two robots at 20 Hz and horizon 10 on l40s-pi05 (4 per 0.25 s): back-to-back
     batches of four feed them with room to spare, so the fits verdict needs no solve;
     eight dry robots are past capacity, and the program decides."""
-    fluid_mix._solve.cache_clear()
-    solves = []
-    solve = fluid_mix.solve_fluid
-
-    def counting_solve(*args: object, **kwargs: object) -> object:
-        solves.append(args)
-        return solve(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(fluid_mix, "solve_fluid", counting_solve)
+    solves = _counting_solves(monkeypatch)
     light = make_snapshot([0.3, 0.31], now_s=0.0)
-    assert fluid_mix.surely_fits(light)
+    assert fluid_mix.fluid_mix_unless_fed(light) is None
     assert JustInTimeScheduler()._fluid_optimum(light)[0]
     assert solves == []
     heavy = overloaded()
-    assert not fluid_mix.surely_fits(heavy)
+    assert fluid_mix.fluid_mix_unless_fed(heavy) is not None
     assert not JustInTimeScheduler()._fluid_optimum(heavy)[0]
     assert solves
 
 
-def test_the_quick_no_of_surely_fits_never_turns_a_yes_away() -> None:
-    """surely_fits rules most crowded fleets out from the shortest batch and the fastest
-    size's chunk rate before it tries each size; the answer is that of trying every size,
-    on fleets that fit and fleets that do not (some asking ahead)."""
+def _short_chunks_beside_long(latency_table_s: object) -> object:
+    """Three 5 Hz robots with 2-action chunks beside three 20 Hz robots with 10, 34 ms
+    round trips, a max batch of 8."""
+    return make_snapshot(
+        [0.5] * 6,
+        now_s=0.0,
+        max_batch_size=8,
+        control_hz=[5.0] * 3 + [20.0] * 3,
+        max_execution_horizon=[2] * 3 + [10] * 3,
+        downlink_s=0.017,
+        latency_table_s=latency_table_s,
+    )
+
+
+def test_robots_with_chunks_shorter_than_a_round_trip_and_a_tick_need_no_program(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Test fleet 1173 in small: 5 Hz robots with 2-action chunks beside 20 Hz robots
+    with 10, 34 ms round trips, a pass of 40 ms + 10 ms per robot. A round trip holds
+    none of a 5 Hz robot's ticks (0.42 of one), so each chunk adds both its actions and
+    batches of any one size feed the fleet; the fits verdict needs no program. (Charged
+    a whole tick more than its round trip holds, such a chunk added nothing, and the
+    scheduler solved the program at nearly every decision of that fleet.)"""
+    solves = _counting_solves(monkeypatch)
+    snapshot = _short_chunks_beside_long([0.0] + [0.04 + 0.01 * b for b in range(1, 9)])
+    assert fluid_mix.fluid_mix_unless_fed(snapshot) is None
+    assert solves == []
+    mix = fluid_mix.fluid_mix(snapshot)
+    assert mix.fits and mix.share.tolist() == pytest.approx([1.0] * 6)
+
+
+def test_the_one_size_test_spares_the_program_only_where_it_serves_everyone_in_full() -> None:
+    """Where back-to-back batches of one size feed every robot of the program, its
+    optimum serves every robot in full, so skipping the solve decides as solving would:
+    on fleets that fit and fleets that do not, some asking ahead, some far, some of tiny
+    weight (down to 1e-5 of the others)."""
     rng = np.random.default_rng(7)
     answers = []
-    for _ in range(400):
+    for _ in range(300):
         snapshot = random_snapshot(rng)
-        table = snapshot.latency_table_s * rng.uniform(0.02, 1.0)
-        asks = rng.integers(0, 12, snapshot.num_robots) * (rng.random() < 0.5)
-        snapshot = dataclasses.replace(snapshot, latency_table_s=table, asks_ahead=asks)
-        answer = fluid_mix.surely_fits(snapshot)
-        assert answer == fluid_mix._fits_at_some_size(snapshot, 0.9)
-        answers.append(answer)
-    assert 40 < sum(answers) < 360
+        if snapshot.num_robots == 0:
+            continue
+        weight = snapshot.weight * 10.0 ** rng.uniform(-5, 0, snapshot.num_robots)
+        snapshot = dataclasses.replace(
+            snapshot,
+            latency_table_s=snapshot.latency_table_s * rng.uniform(0.02, 1.5),
+            asks_ahead=rng.integers(0, 12, snapshot.num_robots) * (rng.random() < 0.5),
+            weight=weight if rng.random() < 0.3 else snapshot.weight,
+            downlink_s=snapshot.downlink_s * rng.uniform(0.5, 10.0),
+        )
+        fed = fluid_mix.fluid_mix_unless_fed(snapshot) is None
+        if fed:
+            mix = fluid_mix.fluid_mix(snapshot)
+            assert mix.share.min() >= 1.0 - 1e-6 and mix.fits
+        answers.append(fed)
+    assert 40 < sum(answers) < len(answers) - 40
+
+
+def test_weights_are_relative_in_the_fluid_program() -> None:
+    """5 Hz robots with 2-action chunks beside 20 Hz robots with 10, on l40s-pi05: over
+    capacity, the optimum serves the 5 Hz robots 94% of their ticks. With every weight
+    scaled by 1e-5 (the wire allows 1e-6 to 1e6), or by 1e3, it is the same optimum and
+    the same decision. (The GPU's cost was once counted against absolute weights: at
+    1e-5 a 2-action chunk was not worth its pass and the 5 Hz robots were abandoned.)"""
+    snapshot = _short_chunks_beside_long(LatencyProfile.from_preset("l40s-pi05").table(8))
+    share = fluid_mix.fluid_mix(snapshot).share
+    assert share.tolist() == pytest.approx([0.94] * 3 + [1.0] * 3, abs=0.005)
+    for scale in (1e-5, 1e3):
+        scaled = dataclasses.replace(snapshot, weight=snapshot.weight * scale)
+        np.testing.assert_allclose(fluid_mix.fluid_mix(scaled).share, share, atol=1e-9)
+        assert rule().schedule(scaled) == rule().schedule(snapshot)
 
 
 def test_link_estimates_that_differ_robot_to_robot_make_few_classes() -> None:
@@ -400,7 +454,7 @@ def test_robots_held_back_by_their_own_round_trips_do_not_put_the_fleet_over_cap
     computes: the GPU holds them back."""
     few = _far(3)
     mix = fluid_mix.fluid_mix(few)
-    assert not fluid_mix.surely_fits(few)
+    assert fluid_mix.fluid_mix_unless_fed(few) is not None
     assert mix.share == pytest.approx([10 / 31] * 3, abs=1e-6)
     assert not mix.held.any() and mix.fits
     fits, _, share = JustInTimeScheduler()._fluid_optimum(few)
@@ -548,7 +602,7 @@ def test_robots_that_ask_ahead_need_more_chunks_than_their_horizons_say() -> Non
     fits = make_snapshot([1.0] * 3, now_s=0.9, max_batch_size=3)
     assert fluid_mix.fluid_mix(fits).fits
     asks = dataclasses.replace(fits, asks_ahead=np.full(3, 7))
-    assert not fluid_mix.surely_fits(asks)
+    assert fluid_mix.fluid_mix_unless_fed(asks) is not None
     assert not fluid_mix.fluid_mix(asks).fits
     # Robots that ask nothing ahead are the robots of before.
     none = dataclasses.replace(fits, asks_ahead=np.zeros(3, dtype=np.int64))

@@ -64,7 +64,9 @@ def solve_fluid(
     asks_ahead: np.ndarray | None = None,
     batch_sizes: np.ndarray | None = None,
 ) -> FluidSolution:
-    """Maximise ``sum w_i a_i - gpu_cost * GPU seconds`` over the fluid constraints.
+    """Maximise ``sum w_i a_i - gpu_cost * min(w) * GPU seconds`` over the fluid
+    constraints: ``gpu_cost`` is a GPU second's worth in actions of the lightest robot,
+    so that weights are relative (scaling every weight changes nothing).
 
     ``latency_s[j]`` is the forward pass of a batch of ``j + 1``; ``delay_s[i]`` the
     smallest uplink plus downlink of robot i. ``min_total_actions_per_s`` adds the
@@ -186,7 +188,7 @@ def solve_fluid(
     )
     cost = np.zeros(num_vars)
     cost[:n] = -w * m
-    cost[nb_col] = gpu_cost * latency
+    cost[nb_col] = gpu_cost * float(w.min()) * latency
     bounds = np.zeros((num_vars, 2))
     bounds[:, 1] = np.inf
     bounds[:n, 1] = f

@@ -47,13 +47,18 @@ TABLE_STEP = 0.005
 """The latency table is taken in relative steps of this size (on a log scale)."""
 
 GPU_COST = 1e-3
-"""Weight of a GPU second against an action in the fluid program: small, so that the
-optimum serves every robot it can and then saves GPU time (placement's load too)."""
+"""Weight of a GPU second against an action of the lightest robot in the fluid program:
+small, so that the optimum serves every robot it can and then saves GPU time
+(placement's load too)."""
 
 EVENNESS = 1e-3
 """Among optima alike in weighted motion, the program prefers the one whose least served
 robot is served the most: raising the least share by one is worth this share of the
 fleet's weighted demand."""
+
+FED_SLACK = 1.0 - 1e-6
+"""The one-size test (:func:`fluid_mix_unless_fed`) leaves this much of the GPU to the
+program's numerical tolerance."""
 
 _MEMO_SIZE = 256
 
@@ -84,6 +89,34 @@ class FluidMix:
 
 def fluid_mix(s: Snapshot) -> FluidMix:
     """The fluid optimum of ``s``'s robots, latency table and links."""
+    key, inverse = _program(s)
+    return _mix(key, inverse)
+
+
+def fluid_mix_unless_fed(s: Snapshot) -> FluidMix | None:
+    """:func:`fluid_mix`, or None where the optimum surely serves every robot in full:
+    back-to-back batches of some one size feed every robot of the program (its classes,
+    links, latencies and what they hold), so the optimum is known without solving it.
+    A fleet that needs batch sizes mixed, or holds a robot its round trip alone keeps
+    from being served in full, is left to the program."""
+    key, inverse = _program(s)
+    return None if _one_size_feeds_all(key) else _mix(key, inverse)
+
+
+_Key = tuple[
+    tuple[tuple[float, ...], ...],
+    tuple[int, ...],
+    tuple[int, ...],
+    tuple[int, ...],
+    tuple[int | None, ...] | None,
+]
+"""The fluid program of a snapshot as the memo keys it: robot classes (rate, horizon,
+link step, weight), their counts, the batch sizes weighed, their latencies in steps of
+``TABLE_STEP`` and what each class's chunk adds in steps of ``KEPT_STEP_RATIO``."""
+
+
+def _program(s: Snapshot) -> tuple[_Key, np.ndarray]:
+    """The program of ``s`` (:data:`_Key`) and each robot's class."""
     steps = link_steps(_group_round_trips(s))
     keys = np.stack([s.control_hz, s.max_execution_horizon, steps, s.weight], axis=1)
     classes, counts, inverse = _classes(np.round(keys, 6).tobytes())
@@ -92,13 +125,19 @@ def fluid_mix(s: Snapshot) -> FluidMix:
     # keys the memo by their latencies only.
     batch_sizes = candidate_sizes(s.latency_table_s.size - 1)
     table = np.log(s.latency_table_s[batch_sizes]) / np.log1p(TABLE_STEP)
-    sizes, share, held, phase_share = _solve(
+    key = (
         classes,
         counts,
         tuple(batch_sizes.tolist()),
         tuple(np.round(table).astype(np.int64).tolist()),
         _kept_steps(s.asks_ahead, np.array([c[1] for c in classes]), counts, inverse),
     )
+    return key, inverse
+
+
+def _mix(key: _Key, inverse: np.ndarray) -> FluidMix:
+    """The optimum of the program ``key``, robot by robot (``inverse``: their classes)."""
+    sizes, share, held, phase_share = _solve(key)
     return FluidMix(
         sizes=np.array(sizes, dtype=np.int64),
         share=np.array(share)[inverse],
@@ -165,48 +204,6 @@ def link_of_step(step: np.ndarray) -> np.ndarray:
     return LINK_STEP_S * np.where(step <= LINK_STEPS_LINEAR, step, linear)
 
 
-def surely_fits(s: Snapshot, headroom: float = 0.9) -> bool:
-    """Whether back-to-back batches of some one size would feed every robot with
-    ``headroom`` to spare, each chunk losing the ticks of that batch's round trip and one
-    more: then the fluid optimum serves everyone in full, and there is no need to solve
-    it. O(robots x sizes), after an O(robots) test that rules out most fleets that do not
-    fit; a fleet near capacity is left to the program."""
-    sizes = np.arange(1, s.max_batch_size + 1)
-    latency_s = s.latency_table_s[sizes]
-    # No size does better than every batch as short as the shortest and as many chunks a
-    # second as the fastest size computes.
-    shortest_s = latency_s.min()
-    kept = _kept_actions(s, shortest_s)
-    if not np.all(kept > s.control_hz * shortest_s) or np.sum(
-        s.control_hz / np.maximum(kept, 1.0)
-    ) > headroom * np.max(sizes / latency_s):
-        return False
-    return _fits_at_some_size(s, headroom)
-
-
-def _fits_at_some_size(s: Snapshot, headroom: float) -> bool:
-    """:func:`surely_fits`, size by size: the batch size, if any, whose back-to-back
-    batches feed every robot with ``headroom`` to spare."""
-    sizes = np.arange(1, s.max_batch_size + 1)
-    latency_s = s.latency_table_s[sizes][:, None]
-    kept = _kept_actions(s, latency_s)
-    # Each robot's chunk must outlast a batch: one batch serves a robot once.
-    outlasts = np.all(kept > s.control_hz[None, :] * latency_s, axis=1)
-    chunks_per_s = np.sum(s.control_hz[None, :] / np.maximum(kept, 1.0), axis=1)
-    return bool(np.any(outlasts & (chunks_per_s <= headroom * sizes / latency_s[:, 0])))
-
-
-def _kept_actions(s: Snapshot, latency_s: np.ndarray | float) -> np.ndarray:
-    """Actions each robot's chunk adds from a batch of ``latency_s`` (a column: one row
-    per batch size): its horizon less the ticks of the batch's round trip and one more,
-    or less what it holds when it asks, whichever is more."""
-    lost = np.ceil(s.control_hz * (latency_s + 2.0 * s.downlink_s)) + 1.0
-    if s.asks_ahead is not None:
-        # A robot that asks ahead gives up what it still holds, however soon its chunk lands.
-        lost = np.maximum(lost, s.asks_ahead)
-    return s.max_execution_horizon - lost
-
-
 @lru_cache(maxsize=_MEMO_SIZE)
 def _classes(
     keys: bytes,
@@ -220,53 +217,99 @@ def _classes(
     return tuple(map(tuple, classes.tolist())), tuple(counts.tolist()), inverse
 
 
+@dataclass(frozen=True)
+class _Arrays:
+    """A program's key (:data:`_Key`) as the arrays the program is built from, one entry
+    per class (``latency_s`` and ``batch_sizes``: per size weighed)."""
+
+    control_hz: np.ndarray
+    horizon: np.ndarray
+    weight: np.ndarray
+    count: np.ndarray
+    delay_s: np.ndarray
+    """The class's round-trip link (its step's)."""
+    asks_ahead: np.ndarray | None
+    """What the class's robots hold when they ask (None where no class asks ahead)."""
+    latency_s: np.ndarray
+    batch_sizes: np.ndarray
+
+    @classmethod
+    def of(cls, key: _Key) -> _Arrays:
+        classes, counts, sizes, table_steps, kept_steps = key
+        rows = np.array(classes, dtype=np.float64)
+        horizon = rows[:, 1]
+        asks_ahead = None
+        if kept_steps is not None:
+            pairs = zip(kept_steps, horizon, strict=True)
+            kept = [e if k is None else KEPT_STEP_RATIO**k for k, e in pairs]
+            asks_ahead = np.maximum(horizon - np.array(kept), 0.0)
+        return cls(
+            control_hz=rows[:, 0],
+            horizon=horizon,
+            weight=rows[:, 3],
+            count=np.array(counts, dtype=np.float64),
+            delay_s=link_of_step(rows[:, 2]),
+            asks_ahead=asks_ahead,
+            latency_s=np.power(1.0 + TABLE_STEP, np.array(table_steps, dtype=np.float64)),
+            batch_sizes=np.array(sizes, dtype=np.int64),
+        )
+
+
+@lru_cache(maxsize=_MEMO_SIZE)
+def _one_size_feeds_all(key: _Key) -> bool:
+    """Whether back-to-back batches of some one size weighed feed every robot of the
+    program ``key`` in full, by the program's own constraints: a robot of rate ``f`` needs
+    ``f / k`` chunks a second of ``k = min(E - floor(f l), E - h)`` actions each (``l``
+    its batch's latency and round trip; ``h`` what it holds when it asks), one per batch
+    at most, and the batches' robots fit them. Then the optimum serves everyone in full,
+    provided an action of the lightest robot is worth more than the GPU time of two
+    batches of the longest pass (what an action can cost at the margin): serving less
+    would save less than it loses."""
+    p = _Arrays.of(key)
+    if not 2.0 * GPU_COST * p.latency_s.max() < 1.0:
+        return False
+    window_s = p.latency_s[:, None] + p.delay_s[None, :]
+    kept = p.horizon - np.floor(p.control_hz * window_s + 1e-9)
+    if p.asks_ahead is not None:
+        kept = np.minimum(kept, np.maximum(p.horizon - p.asks_ahead, 1.0))
+    chunks_per_s = p.control_hz / np.maximum(kept, 1.0)
+    per_batch = np.all((kept >= 1.0) & (chunks_per_s * p.latency_s[:, None] <= FED_SLACK), axis=1)
+    fed = chunks_per_s @ p.count * p.latency_s <= FED_SLACK * p.batch_sizes
+    return bool(np.any(per_batch & fed))
+
+
 @lru_cache(maxsize=_MEMO_SIZE)
 def _solve(
-    classes: tuple[tuple[float, ...], ...],
-    counts: tuple[int, ...],
-    sizes: tuple[int, ...],
-    table_steps: tuple[int, ...],
-    kept_steps: tuple[int | None, ...] | None,
+    key: _Key,
 ) -> tuple[tuple[int, ...], tuple[float, ...], tuple[bool, ...], tuple[float, ...]]:
-    """The fluid optimum of robot classes (rows of rate, horizon, link step, weight) and
-    ``counts`` robots each, batches of ``sizes`` taking ``table_steps`` (latencies in
-    steps of ``TABLE_STEP``); returns the sizes it uses and each class's share, held and
-    share at the phase-averaged tick charge (:class:`FluidMix`)."""
-    keys = np.array(classes, dtype=np.float64)
-    control_hz, horizon, weight = keys[:, 0], keys[:, 1], keys[:, 3]
-    delay_s = link_of_step(keys[:, 2])
-    latency_s = np.power(1.0 + TABLE_STEP, np.array(table_steps, dtype=np.float64))
-    asks_ahead = None
-    if kept_steps is not None:
-        pairs = zip(kept_steps, horizon, strict=True)
-        kept = [e if k is None else KEPT_STEP_RATIO**k for k, e in pairs]
-        asks_ahead = np.maximum(horizon - np.array(kept), 0.0)
-    batch_sizes = np.array(sizes, dtype=np.int64)
+    """The fluid optimum of the program ``key``: the sizes it uses and each class's
+    share, held and share at the phase-averaged tick charge (:class:`FluidMix`)."""
+    p = _Arrays.of(key)
     solutions = [
         solve_fluid(
-            control_hz,
-            horizon,
-            delay_s,
-            latency_s,
-            weight=weight,
-            count=np.array(counts, dtype=np.float64),
+            p.control_hz,
+            p.horizon,
+            p.delay_s,
+            p.latency_s,
+            weight=p.weight,
+            count=p.count,
             gpu_cost=GPU_COST,
             expected_ticks=expected,
             evenness=EVENNESS,
-            asks_ahead=asks_ahead,
-            batch_sizes=batch_sizes,
+            asks_ahead=p.asks_ahead,
+            batch_sizes=p.batch_sizes,
         )
         for expected in (False, True)
     ]
     # Sizes: those the optimum uses when each chunk pays the fewest ticks its window
     # can hold, and those it uses when it pays the ticks expected at a random phase
     # (more, so smaller batches can win).
-    used = batch_sizes[np.union1d(*(_used(solution) for solution in solutions))]
+    used = p.batch_sizes[np.union1d(*(_used(solution) for solution in solutions))]
     share, phase_share = (
-        np.clip(solution.actions_per_s / control_hz, 0.0, 1.0) for solution in solutions
+        np.clip(solution.actions_per_s / p.control_hz, 0.0, 1.0) for solution in solutions
     )
     # latency_s[0] is a batch of one (every candidate list starts there).
-    held = share < round_trip_share(control_hz, horizon, delay_s + latency_s[0]) - 1e-6
+    held = share < round_trip_share(p.control_hz, p.horizon, p.delay_s + p.latency_s[0]) - 1e-6
     return (
         tuple(int(b) for b in used),
         tuple(float(x) for x in share),

@@ -34,7 +34,7 @@ import numpy as np
 from armory.scheduling.base import Scheduler
 from armory.scheduling.batch_sizes import candidate_sizes, read_only
 from armory.scheduling.config import SchedulerConfig
-from armory.scheduling.fluid_mix import fluid_mix, surely_fits
+from armory.scheduling.fluid_mix import fluid_mix_unless_fed
 from armory.scheduling.ordering import worth_order
 from armory.scheduling.snapshot import Batch, Snapshot
 
@@ -293,9 +293,11 @@ class JustInTimeScheduler(Scheduler):
         1 for every other robot."""
         s = snapshot
         shares = np.ones(s.num_robots)
-        if not self._on("fluid-share") or not _directed(s).any() or surely_fits(s):
+        if not self._on("fluid-share") or not _directed(s).any():
             return shares
-        mix = fluid_mix(s)
+        mix = fluid_mix_unless_fed(s)
+        if mix is None:
+            return shares
         held = _directed(s) & (mix.share < _IN_FULL)
         return np.where(held, mix.phase_share, shares)
 
@@ -316,8 +318,8 @@ class JustInTimeScheduler(Scheduler):
         candidate size if it uses none), and the share of each robot's ticks the GPU
         leaves it (all ones, unsolved, when the fleet surely fits; one for a robot held
         back by its own round trip alone, which a dry wait would not help)."""
-        if surely_fits(s):
+        mix = fluid_mix_unless_fed(s)
+        if mix is None:
             return True, candidate_sizes(s.max_batch_size), np.ones(s.num_robots)
-        mix = fluid_mix(s)
         sizes = mix.sizes if mix.sizes.size else candidate_sizes(s.max_batch_size)
         return mix.fits, sizes, np.where(mix.held, mix.share, 1.0)
