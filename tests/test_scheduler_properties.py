@@ -1,7 +1,8 @@
 """Properties every shipped scheduler keeps, on random snapshots and random fleets.
 
 Random snapshots (hypothesis): never over the max batch, never a robot twice, never an
-ineligible robot, every decision named. Random fleets of the generated family (the
+ineligible robot, every decision named; the default decides alike in any robot order
+and at any scale of the weights. Random fleets of the generated family (the
 simulator): under capacity no robot starves, over capacity no robot class starves
 completely while the fluid optimum serves it, and the same seed gives the same report.
 """
@@ -70,6 +71,50 @@ def test_every_batch_keeps_the_invariants_and_names_its_rule(name: str, snapshot
         assert batch.rule in RULES
     if not batch.robot_ids and batch.wait_until_s is not None:
         assert batch.wait_until_s > snapshot.now_s - 1e-9
+
+
+_PER_ROBOT = (
+    "robot_id",
+    "contact_order",
+    "deadline_s",
+    "obs_time_s",
+    "eligible",
+    "control_hz",
+    "max_execution_horizon",
+    "weight",
+    "downlink_s",
+)
+"""The snapshot's per-robot columns."""
+
+
+@settings(max_examples=150, deadline=None)
+@given(snapshot=snapshots(), data=st.data())
+def test_just_in_time_decides_alike_in_any_robot_order_and_at_any_scale_of_weights(
+    snapshot: Snapshot, data: st.DataObject
+) -> None:
+    """The default's decision is a function of the fleet, not of the order its robots are
+    listed in, and weights are relative: every weight scaled by a power of two (exact in
+    floating point) from 2^-20 to 2^20 gives the same decision, over capacity too, some
+    robots asking ahead or directed. (Scaled weights once changed decisions: the fluid
+    program counted the GPU against absolute weights, and sums were rounded in absolute
+    units.)"""
+    n = snapshot.num_robots
+    asks = data.draw(st.none() | st.lists(st.integers(0, 10), min_size=n, max_size=n))
+    directed = data.draw(st.none() | st.lists(st.booleans(), min_size=n, max_size=n))
+    base = dataclasses.replace(
+        snapshot,
+        asks_ahead=None if asks is None else np.array(asks, dtype=np.int64),
+        directed=None if directed is None else np.array(directed),
+    )
+    order = np.array(data.draw(st.permutations(range(n))), dtype=np.int64)
+    columns = {name: getattr(base, name)[order] for name in _PER_ROBOT}
+    columns["weight"] = columns["weight"] * 2.0 ** data.draw(st.integers(-20, 20))
+    for name in ("asks_ahead", "directed"):
+        if getattr(base, name) is not None:
+            columns[name] = getattr(base, name)[order]
+    moved = dataclasses.replace(base, **columns)
+    scheduler = make_scheduler("just-in-time")
+    assert scheduler.schedule(moved) == scheduler.schedule(base)
 
 
 def _capacity_fleet(load: float) -> FleetSpec:

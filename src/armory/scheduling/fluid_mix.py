@@ -60,6 +60,11 @@ FED_SLACK = 1.0 - 1e-6
 """The one-size test (:func:`fluid_mix_unless_fed`) leaves this much of the GPU to the
 program's numerical tolerance."""
 
+LIGHTEST_WEIGHT = 1e-6
+"""The program weighs robots relative to the heaviest (weights are relative, and the
+program's numbers stay the same at any scale of them), a robot lighter than this share
+of the heaviest as this share."""
+
 _MEMO_SIZE = 256
 
 
@@ -118,7 +123,8 @@ link step, weight), their counts, the batch sizes weighed, their latencies in st
 def _program(s: Snapshot) -> tuple[_Key, np.ndarray]:
     """The program of ``s`` (:data:`_Key`) and each robot's class."""
     steps = link_steps(_group_round_trips(s))
-    keys = np.stack([s.control_hz, s.max_execution_horizon, steps, s.weight], axis=1)
+    weight = np.maximum(s.weight / s.weight.max(), LIGHTEST_WEIGHT)
+    keys = np.stack([s.control_hz, s.max_execution_horizon, steps, weight], axis=1)
     classes, counts, inverse = _classes(np.round(keys, 6).tobytes())
     # The program weighs the batch sizes the scheduler plans with: past 16 a geometric
     # subset, which keeps it small for a large max batch (a tenth of the time at 64), and

@@ -62,6 +62,12 @@ _LAYOUTS_KEPT = 16
 """Plan layouts (fleet size, max batch size) kept between decisions."""
 
 
+def _relative(weight: np.ndarray) -> np.ndarray:
+    """Weights relative to the heaviest robot's: the scheduler's sums are rounded (to
+    tell ties from float noise) and so read alike at any scale of the weights."""
+    return weight / weight.max()
+
+
 def _directed(s: Snapshot) -> np.ndarray:
     """Per robot: it sends when the server says (all False when the snapshot says none)."""
     return np.zeros(s.num_robots, dtype=bool) if s.directed is None else s.directed
@@ -151,12 +157,13 @@ class JustInTimeScheduler(Scheduler):
     def _one_robot(self, s: Snapshot) -> Batch:
         """:meth:`_rule` for a fleet of one eligible robot, in scalars (the same decision
         at a fifth of the cost): a plan of one batch of one."""
-        hz, weight = float(s.control_hz[0]), float(s.weight[0])
+        hz = float(s.control_hz[0])
         due = float(s.deadline_s[0] - s.downlink_s[0])
         latency_s = float(s.latency_table_s[1])
         margin = self._margin_s(hz)
-        tardiness = round(max(s.now_s + latency_s + margin - due, 0.0) * (weight * hz), 9)
-        if tardiness > 0.0 and tardiness > self.overload_actions * weight:
+        # Weighted by the robot's weight relative to the heaviest (its own): 1.
+        tardiness = round(max(s.now_s + latency_s + margin - due, 0.0) * hz, 9)
+        if tardiness > 0.0 and tardiness > self.overload_actions:
             return self._rule(s, None)
         if tardiness == 0.0 and self._waits(s) and due - latency_s - margin > s.now_s:
             return Batch((), wait_until_s=due - latency_s - margin, rule="wait")
@@ -189,7 +196,8 @@ class JustInTimeScheduler(Scheduler):
         due = s.deadline_s - s.downlink_s
         if gap_s is not None:
             due += gap_s
-        value_per_s = s.weight * s.control_hz
+        weight = _relative(s.weight)
+        value_per_s = weight * s.control_hz
         rows = np.lexsort((s.contact_order, -value_per_s, np.maximum(due, now)))
         due = due[rows]
         value_per_s = value_per_s[rows]
@@ -214,7 +222,7 @@ class JustInTimeScheduler(Scheduler):
         if (
             gap_s is None
             and least_tardiness > 0.0
-            and least_tardiness > self.overload_actions * float(s.weight[candidates].max())
+            and least_tardiness > self.overload_actions * float(weight[candidates].max())
         ):
             fleet_fits, sizes_used, share = self._fluid_optimum(s)
             if not fleet_fits and self._on("fluid-share"):

@@ -21,10 +21,12 @@ def earliest_deadline_order(snapshot: Snapshot, due_s: np.ndarray | None = None)
 
 def worth_order(snapshot: Snapshot, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``rows`` ordered by the weighted actions a chunk would add past each robot's
-    queue (``weight * f * (E/f - overlap with the old queue)``), then by deadline and
-    first contact; and those worths in that order."""
+    queue (``weight * f * (E/f - overlap with the old queue)``, the weight relative to
+    the heaviest robot's), then by deadline and first contact; and those worths in that
+    order."""
     s = snapshot
     added_s = s.chunk_seconds()[rows] - np.maximum(0.0, s.deadline_s[rows] - s.obs_time_s[rows])
-    worth = s.weight[rows] * s.control_hz[rows] * np.maximum(added_s, 0.0)
+    weight = s.weight[rows] / s.weight.max()
+    worth = weight * s.control_hz[rows] * np.maximum(added_s, 0.0)
     order = np.lexsort((s.contact_order[rows], s.deadline_s[rows], -worth))
     return rows[order], worth[order]
