@@ -10,8 +10,10 @@ leave no wide gap form one class at their mean round-trip link (in steps of
 robot, make a few classes and a small program; what robots that ask ahead hold is taken
 per class in steps of ``KEPT_STEP_RATIO``, and the latencies of the batch sizes the
 program weighs (:func:`~armory.scheduling.batch_sizes.candidate_sizes`) in steps of
-``TABLE_STEP`` (relative). The memo is keyed by exactly those inputs, so it returns what
-solving again would.
+``TABLE_STEP`` (relative); weights relative to the heaviest robot's. The memo is keyed
+by exactly those inputs, so it returns what solving again would, and
+:func:`fluid_mix_unless_fed` skips the solve where the program's own constraints show
+that the optimum serves every robot in full.
 """
 
 from __future__ import annotations
