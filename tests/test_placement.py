@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from pathlib import Path
@@ -66,6 +67,23 @@ def test_fluid_load_grows_with_robots_and_passes_one_over_capacity() -> None:
     assert all(b >= a for a, b in itertools.pairwise(loads))
     assert loads[0] < 0.5 and loads[-1] > 1.0
     assert replica_load([], GPU) == 0.0
+
+
+def test_a_replicas_load_does_not_depend_on_the_scale_of_its_robots_weights() -> None:
+    """Weights are relative: a replica of heavy fast robots and light slow ones, over
+    capacity, has the same fluid load with every weight scaled by 1e-5 or 1e5 (within the wire's
+    1e-6 to 1e6; the GPU's cost was once counted against absolute weights, and at 1e-5 the
+    program left robots unserved to save GPU time)."""
+
+    def fleet(scale: float) -> list[RobotDemand]:
+        fast = dataclasses.replace(FAST, weight=4.0 * scale)
+        slow = dataclasses.replace(SLOW, max_execution_horizon=2, weight=1.0 * scale)
+        return [fast] * 6 + [slow] * 6
+
+    load = replica_load(fleet(1.0), GPU)
+    assert load > 1.0
+    for scale in (1e-5, 1e5):
+        assert replica_load(fleet(scale), GPU) == pytest.approx(load, rel=1e-6)
 
 
 def test_fluid_balances_load_not_counts() -> None:

@@ -66,7 +66,8 @@ def solve_fluid(
 ) -> FluidSolution:
     """Maximise ``sum w_i a_i - gpu_cost * min(w) * GPU seconds`` over the fluid
     constraints: ``gpu_cost`` is a GPU second's worth in actions of the lightest robot,
-    so that weights are relative (scaling every weight changes nothing).
+    and weights are relative (scaling every weight changes nothing; the program weighs
+    them against the heaviest).
 
     ``latency_s[j]`` is the forward pass of a batch of ``j + 1``; ``delay_s[i]`` the
     smallest uplink plus downlink of robot i. ``min_total_actions_per_s`` adds the
@@ -106,6 +107,9 @@ def solve_fluid(
     f = np.asarray(control_hz, dtype=np.float64)
     e = np.asarray(max_execution_horizon, dtype=np.float64)
     w = np.ones_like(f) if weight is None else np.asarray(weight, dtype=np.float64)
+    # Relative to the heaviest robot: the objective's scale never meets the solver's
+    # absolute tolerances, whatever the weights' scale.
+    w = w / w.max()
     m = np.ones_like(f) if count is None else np.asarray(count, dtype=np.float64)
     latency = np.asarray(latency_s, dtype=np.float64)
     n, sizes = f.size, latency.size
