@@ -125,7 +125,7 @@ link step, weight), their counts, the batch sizes weighed, their latencies in st
 def _program(s: Snapshot) -> tuple[_Key, np.ndarray]:
     """The program of ``s`` (:data:`_Key`) and each robot's class."""
     steps = link_steps(_group_round_trips(s))
-    weight = np.maximum(s.weight / s.weight.max(), LIGHTEST_WEIGHT)
+    weight = np.maximum(s.relative_weight(), LIGHTEST_WEIGHT)
     keys = np.stack([s.control_hz, s.max_execution_horizon, steps, weight], axis=1)
     classes, counts, inverse = _classes(np.round(keys, 6).tobytes())
     # The program weighs the batch sizes the scheduler plans with: past 16 a geometric

@@ -62,12 +62,6 @@ _LAYOUTS_KEPT = 16
 """Plan layouts (fleet size, max batch size) kept between decisions."""
 
 
-def _relative(weight: np.ndarray) -> np.ndarray:
-    """Weights relative to the heaviest robot's: the scheduler's sums are rounded (to
-    tell ties from float noise) and so read alike at any scale of the weights."""
-    return weight / weight.max()
-
-
 def _directed(s: Snapshot) -> np.ndarray:
     """Per robot: it sends when the server says (all False when the snapshot says none)."""
     return np.zeros(s.num_robots, dtype=bool) if s.directed is None else s.directed
@@ -196,7 +190,7 @@ class JustInTimeScheduler(Scheduler):
         due = s.deadline_s - s.downlink_s
         if gap_s is not None:
             due += gap_s
-        weight = _relative(s.weight)
+        weight = s.relative_weight()
         value_per_s = weight * s.control_hz
         rows = np.lexsort((s.contact_order, -value_per_s, np.maximum(due, now)))
         due = due[rows]

@@ -26,7 +26,7 @@ def worth_order(snapshot: Snapshot, rows: np.ndarray) -> tuple[np.ndarray, np.nd
     order."""
     s = snapshot
     added_s = s.chunk_seconds()[rows] - np.maximum(0.0, s.deadline_s[rows] - s.obs_time_s[rows])
-    weight = s.weight[rows] / s.weight.max()
+    weight = s.relative_weight()[rows]
     worth = weight * s.control_hz[rows] * np.maximum(added_s, 0.0)
     order = np.lexsort((s.contact_order[rows], s.deadline_s[rows], -worth))
     return rows[order], worth[order]

@@ -58,6 +58,12 @@ class Snapshot:
         """Seconds of motion one chunk holds for each robot: max horizon / rate."""
         return self.max_execution_horizon / self.control_hz
 
+    def relative_weight(self) -> np.ndarray:
+        """Each robot's weight relative to the heaviest robot's: weights are relative, and
+        sums over them that are rounded (to tell ties from float noise) or handed to a
+        solver read alike at any scale of the weights."""
+        return self.weight / self.weight.max()
+
     def dry_after_landing_s(self, land_s: np.ndarray | float) -> np.ndarray:
         """When each robot's queue would run dry if a chunk from its held observation
         landed at ``land_s``.
