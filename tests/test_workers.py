@@ -120,26 +120,26 @@ def test_worker_answers_each_robot_with_its_own_chunk(make_worker: MakeWorker) -
 
 def test_profiled_batch_sizes_are_timed_warm(make_worker: MakeWorker) -> None:
     """Each batch size the worker times at start-up runs once untimed first: the first pass
-    at a new input shape is often a cold one (here 0.4 s on top), and a cold time would
+    at a new input shape is often a cold one (here 1 s on top), and a cold time would
     seed the server's profile with a size too dear to run."""
     policy = make_worker(
-        intercept_s=0.01, cold_pass_s=0.4, worker=WorkerOptions(profile_batch_sizes=(1, 4))
+        intercept_s=0.01, cold_pass_s=1.0, worker=WorkerOptions(profile_batch_sizes=(1, 4))
     )
     points = policy.metadata.latency_points
     assert points is not None and set(points) == {1, 4}
-    assert max(points.values()) < 0.2, points
+    assert max(points.values()) < 0.5, points
 
 
 def test_warmed_batch_sizes_meet_no_cold_pass_while_serving(make_worker: MakeWorker) -> None:
     """Every size up to the max batch runs once at start-up: no batch while serving pays
-    the first, cold, pass at its size (0.4 s here; the warm ones take about 10 ms)."""
+    the first, cold, pass at its size (1 s here; the warm ones take about 10 ms)."""
     policy = make_worker(
-        intercept_s=0.01, cold_pass_s=0.4, worker=WorkerOptions(warmup_batch_sizes=(1, 2, 3, 4))
+        intercept_s=0.01, cold_pass_s=1.0, worker=WorkerOptions(warmup_batch_sizes=(1, 2, 3, 4))
     )
     for size in (4, 1, 3, 2):
         started = time.perf_counter()
         policy.infer_batch([make_obs(seed) for seed in range(size)])
-        assert time.perf_counter() - started < 0.3, size
+        assert time.perf_counter() - started < 0.5, size
 
 
 def test_a_server_warms_every_batch_size_of_a_worker_unless_told_otherwise() -> None:
@@ -156,16 +156,16 @@ def test_a_server_warms_every_batch_size_of_a_worker_unless_told_otherwise() -> 
 
 
 def test_a_servers_profile_is_not_priced_out_by_cold_passes(make_worker: MakeWorker) -> None:
-    """Served through a server, every batch size's first pass runs 0.4 s cold; the learned
+    """Served through a server, every batch size's first pass runs 1 s cold; the learned
     profile holds each back until a second pass at that size says whether it was, and no
     size ends up priced at its cold pass."""
-    policy = make_worker(intercept_s=0.01, slope_s=0.002, cold_pass_s=0.4)
+    policy = make_worker(intercept_s=0.01, slope_s=0.002, cold_pass_s=1.0)
     robots = [[make_obs(100 * robot + step) for step in range(6)] for robot in range(4)]
     with running_server(policy, max_batch_size=4) as server:
         run_robots(server.port, robots)
         stats = server.stats()
     assert sum(stats.batch_size_counts.values()) >= 6
-    assert max(stats.latency_points_s.values()) < 0.2, stats.latency_points_s
+    assert max(stats.latency_points_s.values()) < 0.5, stats.latency_points_s
 
 
 def test_four_robots_through_a_server(make_worker: MakeWorker) -> None:
