@@ -200,17 +200,24 @@ def test_a_plain_clients_connection_is_never_credited_to_a_robot_that_reports_by
     assert door.placement.members(0) == ["plain"]
 
 
-def test_a_robot_forgotten_on_its_way_is_placed_back_where_its_replica_serves_it() -> None:
-    """A robot sent on to its replica but slower to connect there than the grace is
-    forgotten; once its replica reports it by name it is placed back on that replica,
-    weighed by what the replica reports. A name the door never heard is not placed."""
+def _forgotten_on_its_way(query: str) -> tuple[FrontDoor, int]:
+    """A door that placed robot ``c`` by ``query`` and forgot it on its way (it did not
+    show on its replica within the 10 s grace); the door and that replica's slot."""
     now = [0.0]
     door = _door(clock=lambda: now[0])
-    door.answer("/?robot=c", None)
+    door.answer(query, None)
     slot = door.placement.replica_of("c")
     assert slot is not None
     now[0] = 10.5
     assert door.reconcile(slot, ReplicaPresence(), after_s=10.0) == ["c"]
+    return door, slot
+
+
+def test_a_robot_forgotten_on_its_way_is_placed_back_where_its_replica_serves_it() -> None:
+    """A robot sent on to its replica but slower to connect there than the grace is
+    forgotten; once its replica reports it by name it is placed back on that replica,
+    weighed by what the replica reports. A name the door never heard is not placed."""
+    door, slot = _forgotten_on_its_way("/?robot=c")
     assert door.placement.replica_of("c") is None
     reported = RobotDemand(control_hz=30.0, max_execution_horizon=8, weight=2.0)
     here = ReplicaPresence(names=frozenset({"c", "stranger"}), demands={"c": reported})
@@ -220,6 +227,17 @@ def test_a_robot_forgotten_on_its_way_is_placed_back_where_its_replica_serves_it
     assert door.placement.replica_of("stranger") is None
     assert door.reconcile(slot, here, after_s=10.0) == []
     assert door.placement.members(slot).count("c") == 1
+
+
+def test_a_robot_placed_back_keeps_the_round_trip_it_told_the_door() -> None:
+    """A robot forgotten on its way and placed back is weighed as any robot its replica
+    reports: the replica's report, with the round trip the robot told the door (not the
+    replica's link estimate), as it would be had it never been forgotten."""
+    door, slot = _forgotten_on_its_way("/?robot=c&round_trip_s=0.05")
+    reported = RobotDemand(control_hz=30.0, max_execution_horizon=8, round_trip_s=0.004)
+    here = ReplicaPresence(names=frozenset({"c"}), demands={"c": reported})
+    assert door.reconcile(slot, here, after_s=10.0) == []
+    assert door.placement.demand_of("c") == dataclasses.replace(reported, round_trip_s=0.05)
 
 
 @pytest.mark.parametrize(

@@ -47,8 +47,9 @@ logger = logging.getLogger(__name__)
 MAX_ANONYMOUS = 4096
 """Robots without a name the placement remembers (the oldest are forgotten first)."""
 MAX_FORGOTTEN = 4096
-"""Robots the door forgot that it still recognises when their replica reports them by
-name (the oldest drop out first; a name the door gave is never reported so)."""
+"""Robots the door forgot that it still recognises, with what it knew of them, when their
+replica reports them by name (the oldest drop out first; a name the door gave is never
+reported so)."""
 MOVE_COOLDOWN_S = 30.0
 """A robot moved off a replica over capacity is not moved again for this long."""
 PLACE_PATH = "/place"
@@ -100,8 +101,9 @@ class FrontDoor:
         """Robots on Armory's client: the slot whose replica last reported them by name."""
         self._moved_s: dict[str, float] = {}
         """Robots moved off a replica over capacity: when."""
-        self._forgotten: dict[str, None] = {}
-        """Robots forgotten as gone, oldest first (at most ``MAX_FORGOTTEN``)."""
+        self._forgotten: dict[str, RobotDemand] = {}
+        """Robots forgotten as gone, oldest first (at most ``MAX_FORGOTTEN``): their demand
+        when forgotten."""
         self._server: Server | None = None
         self._anonymous: deque[str] = deque()
         self._num_anonymous = 0
@@ -169,10 +171,14 @@ class FrontDoor:
         now_s = self._clock()
         # A robot forgotten on its way (sent on, then slower to reach its replica than
         # the grace) that its replica now serves by name is placed back there.
+        # It is weighed as any robot its replica reports: by the replica's report, with the
+        # round trip the robot told the door.
         for robot in sorted(presence.names.intersection(self._forgotten)):
-            del self._forgotten[robot]
+            said = self._forgotten.pop(robot)
             if self.placement.replica_of(robot) is None and self.placement.alive[slot]:
-                self.placement.place(robot, presence.demands.get(robot, RobotDemand()))
+                reported = presence.demands.get(robot, said)
+                demand = dataclasses.replace(reported, round_trip_s=said.round_trip_s)
+                self.placement.place(robot, demand)
                 self.placement.move(robot, slot)
         members = self.placement.members(slot)
         num_others = presence.num_unnamed + len(presence.names.difference(members))
@@ -197,8 +203,8 @@ class FrontDoor:
             self._seen_s[robot] = now_s
         gone = [robot for robot in unseen if now_s - self._seen_s.get(robot, now_s) > after_s]
         for robot in gone:
+            self._forgotten[robot] = self.placement.demand_of(robot)
             self._forget(robot)
-            self._forgotten[robot] = None
             if len(self._forgotten) > MAX_FORGOTTEN:
                 del self._forgotten[next(iter(self._forgotten))]
         return gone
