@@ -348,8 +348,12 @@ def test_the_supervisor_forgets_robots_once_they_leave_and_not_before() -> None:
         servers, door, supervisor = await _two_replicas_behind_a_door(forget_after_s=0.5)
         task = asyncio.create_task(supervisor.run())
         first = fleet.robot_specs()[0]
-        door.answer(f"/?robot={first.robot_id}", None)  # placed at the defaults
-        assert door.placement.demand_of(first.robot_id) == RobotDemand()
+        # Placed at the defaults but for the round trip it will declare itself: should it
+        # be slower than the grace to connect, it is forgotten and placed again by its own
+        # request, and either way the door holds the same round trip.
+        round_trip_s = robot_demand(first).round_trip_s
+        door.answer(f"/?robot={first.robot_id}&round_trip_s={round_trip_s}", None)
+        assert door.placement.demand_of(first.robot_id) == RobotDemand(round_trip_s=round_trip_s)
         # The plain client's connection is told apart from robots on their way by when
         # each was placed (the latest first): placed last, it is never the one left out.
         plain = PolicyClient(f"ws://127.0.0.1:{door.port}/?robot=plain-0", request_timeout_s=10.0)
@@ -364,6 +368,7 @@ def test_the_supervisor_forgets_robots_once_they_leave_and_not_before() -> None:
             assert door.placement.demand_of(first.robot_id) == RobotDemand(
                 control_hz=first.control_hz,
                 max_execution_horizon=first.max_execution_horizon,
+                round_trip_s=round_trip_s,
                 weight=first.weight,
             )
             report = await run
