@@ -423,6 +423,26 @@ def test_wandering_link_estimates_keep_the_programs_classes_still() -> None:
     assert len(seen) <= 6  # each group's mean moves a step now and then, no more
 
 
+def test_the_programs_classes_are_the_distinct_rows_in_order() -> None:
+    """The program's classes are the distinct (rate, horizon, link step, weight) rows in
+    order, first column first, with each robot's class and each class's count, as
+    ``np.unique(axis=0)`` gives them (and the program's class order with them)."""
+    rng = np.random.default_rng(2)
+    for _ in range(200):
+        n = int(rng.integers(1, 400))
+        columns = [rng.choice(rng.uniform(0.1, 60.0, int(rng.integers(1, 5))), n) for _ in range(4)]
+        columns[2] = rng.integers(0, 30, n).astype(np.float64)
+        rows = np.round(np.stack(columns, axis=1), 6)
+        classes, counts, inverse = fluid_mix._classes(rows.tobytes())
+        want, want_inverse, want_counts = np.unique(
+            rows, axis=0, return_inverse=True, return_counts=True
+        )
+        assert classes == tuple(map(tuple, want.tolist()))
+        assert counts == tuple(want_counts.tolist())
+        assert np.array_equal(inverse, want_inverse.ravel())
+        assert not inverse.flags.writeable
+
+
 def test_a_robots_round_trip_share_is_all_while_its_chunk_outlasts_the_round_trip() -> None:
     """60 Hz, 10-action chunks: a 0.34 s round trip holds 20 ticks, so only chunks from
     observations taken once dry count, each played 10 ticks and waited for 20 (a third);

@@ -219,10 +219,17 @@ def _classes(
     """Robots alike in (rate, horizon, link steps, weight), from the four columns' bytes:
     the classes, their counts, and each robot's class."""
     rows = np.frombuffer(keys, dtype=np.float64).reshape(-1, 4)
-    classes, inverse, counts = np.unique(rows, axis=0, return_inverse=True, return_counts=True)
-    inverse = inverse.ravel()
+    # Rows in order, first column first (np.unique(axis=0)'s order, at a tenth of its
+    # time for a thousand robots: it sorts the rows as records).
+    order = np.lexsort(rows.T[::-1])
+    ordered = rows[order]
+    starts = np.concatenate(([True], np.any(ordered[1:] != ordered[:-1], axis=1)))
+    class_of_ordered = np.cumsum(starts) - 1
+    inverse = np.empty(rows.shape[0], dtype=np.int64)
+    inverse[order] = class_of_ordered
     inverse.flags.writeable = False
-    return tuple(map(tuple, classes.tolist())), tuple(counts.tolist()), inverse
+    counts = np.bincount(class_of_ordered)
+    return tuple(map(tuple, ordered[starts].tolist())), tuple(counts.tolist()), inverse
 
 
 @dataclass(frozen=True)
