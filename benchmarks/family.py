@@ -74,6 +74,7 @@ _MEANS = (
     "mean_age_s",
     "mean_decision_us",
     "mean_decision_cpu_us",
+    "num_decisions",
 )
 """Results averaged over a fleet's draws."""
 
@@ -102,6 +103,7 @@ def _run(
         "mean_age_s": report.system.mean_age_s,
         "mean_decision_us": report.timing.get("mean_decision_us", 0.0),
         "mean_decision_cpu_us": report.timing.get("mean_decision_cpu_us", 0.0),
+        "num_decisions": report.timing.get("num_decisions", 0.0),
         "rule_changes": {r: dataclasses.asdict(c) for r, c in report.rule_changes.items()},
     }
 
@@ -110,7 +112,8 @@ def _mean_of_draws(draws: list[dict]) -> dict:
     """One fleet and scheduler's results averaged over its draws (rule changes summed)."""
     if len(draws) == 1:
         return draws[0]
-    mean = {k: float(np.mean([d[k] for d in draws])) for k in _MEANS}
+    # (results cached before decisions were counted lack their count)
+    mean = {k: float(np.mean([d.get(k, np.nan) for d in draws])) for k in _MEANS}
     changes = summed(
         [{r: RuleChanges.from_json(c) for r, c in d["rule_changes"].items()} for d in draws]
     )
@@ -257,7 +260,12 @@ def main() -> None:
         res = {n: result(s, n, None) for n in names}
         ours = res[OURS]
         decision_us.append(
-            (fleet.num_robots, ours["mean_decision_us"], ours["mean_decision_cpu_us"])
+            (
+                fleet.num_robots,
+                ours["mean_decision_us"],
+                ours["mean_decision_cpu_us"],
+                ours.get("num_decisions", np.nan),
+            )
         )
         others = [n for n in names if n != OURS]
         best_starv = min(res[n]["starvation"] for n in others)
@@ -346,10 +354,18 @@ def main() -> None:
     for lo, hi in ((2, 16), (17, 64), (65, 256)):
         sel = (sizes[:, 0] >= lo) & (sizes[:, 0] <= hi)
         if sel.any():
+            # Each fleet's mean, averaged over fleets (a fleet of few, costly decisions
+            # weighs as much as one of many), and every decision of those fleets pooled.
+            decided = sizes[sel, 3]
+            pooled = (
+                f", {np.sum(sizes[sel, 2] * decided) / np.sum(decided):.0f} us a decision pooled"
+                if np.all(np.isfinite(decided)) and decided.sum() > 0
+                else ""
+            )
             print(
                 f"mean decision, {lo}-{hi} robots: {sizes[sel, 1].mean():.0f} us "
                 f"(max {sizes[sel, 1].max():.0f} us), processor time "
-                f"{sizes[sel, 2].mean():.0f} us"
+                f"{sizes[sel, 2].mean():.0f} us{pooled}"
             )
     if args.explain:
         for mode in ("every-tick", "threshold", "directed", None):
