@@ -170,15 +170,12 @@ class FrontDoor:
         the replica then reports by name is placed back on it."""
         now_s = self._clock()
         # A robot forgotten on its way (sent on, then slower to reach its replica than
-        # the grace) that its replica now serves by name is placed back there.
-        # It is weighed as any robot its replica reports: by the replica's report, with the
-        # round trip the robot told the door.
+        # the grace) that its replica now serves by name is placed back there, with what
+        # the door knew of it; below, its replica's report then weighs it as any other.
         for robot in sorted(presence.names.intersection(self._forgotten)):
             said = self._forgotten.pop(robot)
             if self.placement.replica_of(robot) is None and self.placement.alive[slot]:
-                reported = presence.demands.get(robot, said)
-                demand = dataclasses.replace(reported, round_trip_s=said.round_trip_s)
-                self.placement.place(robot, demand)
+                self.placement.place(robot, said)
                 self.placement.move(robot, slot)
         members = self.placement.members(slot)
         num_others = presence.num_unnamed + len(presence.names.difference(members))
