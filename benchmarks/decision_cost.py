@@ -134,9 +134,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--duration", type=float, default=10.0, help="virtual seconds")
     args = parser.parse_args()
-    sizes = dict(num_snapshots=args.snapshots, repeats=args.repeats, duration_s=args.duration)
-    rows = [measure(fleet, **sizes) for fleet in fleets()]
-    rows.append(measure(fleets()[-1], classes_afresh=True, **sizes))
+    budget = dict(num_snapshots=args.snapshots, repeats=args.repeats, duration_s=args.duration)
+    rows = [measure(fleet, **budget) for fleet in fleets()]
+    rows.append(measure(fleets()[-1], classes_afresh=True, **budget))
     headers = [
         "fleet",
         "robots",
