@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install Armory and its client into .venv (created only if missing), lint, and run
 # every test suite. Exits non-zero when a check fails or when no test was collected.
-# Extra arguments go to pytest, e.g. -x or -k sweep.
+# Extra arguments go to pytest, e.g. -x or -k sweep; -n 0 runs the tests in one process.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] || python3 -m venv .venv
@@ -63,7 +63,10 @@ if ! .venv/bin/python -c 'import sys; from armory.eval.headless_gl import choose
 fi
 .venv/bin/ruff check .
 status=0
-.venv/bin/pytest "${suites[@]}" "$@" || status=$?
+# Two worker processes (CI's two cores), each taking whole test files: a file's module
+# fixtures (a LeRobot worker, a Ray cluster) start once, and the tests of one file that
+# share machine-wide state (Ray's current-cluster file) never run side by side.
+.venv/bin/pytest -n 2 --dist loadfile "${suites[@]}" "$@" || status=$?
 if [ "$status" -eq 5 ]; then
   echo "test.sh: pytest collected no tests" >&2
   exit 1
