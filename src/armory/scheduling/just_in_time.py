@@ -34,7 +34,7 @@ import numpy as np
 from armory.scheduling.base import Scheduler
 from armory.scheduling.batch_sizes import candidate_sizes, read_only
 from armory.scheduling.config import SchedulerConfig
-from armory.scheduling.fluid_mix import fluid_mix_unless_fed
+from armory.scheduling.fluid_mix import IN_FULL_TOLERANCE, fluid_mix_unless_fed
 from armory.scheduling.ordering import worth_order
 from armory.scheduling.snapshot import Batch, Snapshot
 
@@ -56,7 +56,7 @@ RULES: dict[str, str] = {
 
 _NEVER_S = 1e6
 """A wait that stands for never (a robot the fluid optimum does not serve)."""
-_IN_FULL = 1.0 - 1e-3
+_IN_FULL = 1.0 - IN_FULL_TOLERANCE
 """A fluid share at least this large serves the robot in full (no dry wait)."""
 _LAYOUTS_KEPT = 16
 """Plan layouts (fleet size, max batch size) kept between decisions."""
