@@ -64,7 +64,7 @@ fi
 .venv/bin/ruff check .
 status=0
 # Two worker processes (CI's two cores), each taking whole test files: a file's module
-# fixtures (a LeRobot worker, a Ray cluster) start once, and the tests of one file that
+# fixtures (a LeRobot worker, a TLS certificate) start once, and the tests of one file that
 # share machine-wide state (Ray's current-cluster file) never run side by side.
 .venv/bin/pytest -n 2 --dist loadfile "${suites[@]}" "$@" || status=$?
 if [ "$status" -eq 5 ]; then

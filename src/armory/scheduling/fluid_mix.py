@@ -59,10 +59,10 @@ robot is served the most: raising the least share by one is worth this share of 
 fleet's weighted demand."""
 
 IN_FULL_TOLERANCE = 1e-3
-"""A robot the optimum serves within this share of its ticks of all its round trip allows
-is served in full: not held, and no over-capacity rule for it. (Past 16 the program
-weighs a geometric subset of batch sizes, and its optimum may fall short of full by a
-few parts in ten thousand where every size would feed the fleet.)"""
+"""A robot the optimum serves no more than this share of its ticks short of all its round
+trip allows counts as served in full: not held, and no over-capacity rule for it. (Past
+16 the program weighs a geometric subset of batch sizes, and its optimum may fall short
+of full by a few parts in ten thousand where every size would feed the fleet.)"""
 
 FED_SLACK = 1.0 - 1e-6
 """The one-size test (:func:`fluid_mix_unless_fed`) leaves this much of the GPU to the
