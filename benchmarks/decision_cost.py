@@ -84,20 +84,23 @@ def mirror_of(num_robots: int) -> QueueMirror:
     return mirror
 
 
-def measure(
-    fleet: FleetSpec,
-    *,
-    num_snapshots: int,
-    repeats: int,
-    duration_s: float,
-    classes_afresh: bool = False,
-) -> list[str]:
-    """One table row: the costs of deciding on ``fleet``'s snapshots, microseconds; with
-    ``classes_afresh`` the program's robot classes are not in their memo."""
+def recorded_snapshots(
+    fleet: FleetSpec, *, num_snapshots: int, duration_s: float
+) -> list[Snapshot]:
+    """Up to ``num_snapshots`` snapshots just-in-time decided on while simulating ``fleet``,
+    spread over the run."""
     recorder = _Recorder()
     simulate(fleet, recorder, SimConfig(duration_s=duration_s))
     picks = np.linspace(0, len(recorder.snapshots) - 1, min(num_snapshots, len(recorder.snapshots)))
-    kept = [recorder.snapshots[i] for i in picks.astype(int)]
+    return [recorder.snapshots[i] for i in picks.astype(int)]
+
+
+def measure(
+    fleet: FleetSpec, kept: list[Snapshot], *, repeats: int, classes_afresh: bool = False
+) -> list[str]:
+    """One table row: the costs of deciding on ``fleet``'s snapshots ``kept``,
+    microseconds; with ``classes_afresh`` the program's robot classes are not in their
+    memo."""
     scheduler = JustInTimeScheduler()
     schedule_us, check_us = [], []
     for snapshot in kept:
@@ -134,9 +137,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--duration", type=float, default=10.0, help="virtual seconds")
     args = parser.parse_args()
-    budget = dict(num_snapshots=args.snapshots, repeats=args.repeats, duration_s=args.duration)
-    rows = [measure(fleet, **budget) for fleet in fleets()]
-    rows.append(measure(fleets()[-1], classes_afresh=True, **budget))
+    rows = []
+    for fleet in fleets():
+        kept = recorded_snapshots(fleet, num_snapshots=args.snapshots, duration_s=args.duration)
+        rows.append(measure(fleet, kept, repeats=args.repeats))
+    # The largest fleet (the last) again, on the same snapshots, its classes found afresh.
+    rows.append(measure(fleet, kept, repeats=args.repeats, classes_afresh=True))
     headers = [
         "fleet",
         "robots",
