@@ -344,7 +344,8 @@ def test_a_robot_served_all_but_a_sliver_is_served_in_full() -> None:
     (every size to 16, then 24 and 32) the optimum serves each robot 99.98% of its ticks:
     in full, so the fleet fits and the plan decides. (Counted as held, the fleet went
     over capacity with no dry wait for anyone, and ``overload`` ran batches of 32 where
-    smaller ones keep the robots fed: 7.1% starved on that fleet against 5.2%.)"""
+    smaller ones keep the robots fed: 7.1% starved on that fleet's first draw against
+    5.2%.)"""
     snapshot = make_snapshot(
         [0.1 + 0.1 * i / 82 for i in range(82)],
         now_s=0.0,
