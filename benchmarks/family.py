@@ -128,8 +128,12 @@ def _ratio(schedulers: dict[str, dict]) -> float:
     return schedulers[OURS]["weighted_throughput"] / best if best > 0 else 1.0
 
 
-def _bounds(job: tuple[str, int]) -> tuple[float, bool]:
-    fleet = generate_fleet(*job).fleet
+def _bounds(job: tuple[str, int, float | None]) -> tuple[float, bool]:
+    family, seed, margin_s = job
+    fleet = generate_fleet(family, seed).fleet
+    if margin_s is not None:
+        # A threshold client's margin is part of its bound (what it holds when it asks).
+        fleet = dataclasses.replace(fleet, threshold_margin_s=margin_s)
     bound = fleet_bound(fleet)
     return bound, bound == 0.0 and fleet_bound(fleet.with_rates_scaled(1.1)) == 0.0
 
@@ -216,7 +220,9 @@ def main() -> None:
         todo.sort(key=lambda j: -fleets[j[1]].fleet.num_robots)
         for job, outcome in zip(todo, pool.map(_run, todo, chunksize=1), strict=True):
             cache[key(job[1], job[2], job[4], job[8])] = outcome
-        bounds = dict(zip(seeds, pool.map(_bounds, [(args.family, s) for s in seeds]), strict=True))
+        bounds = dict(
+            zip(seeds, pool.map(_bounds, [(args.family, s, margin_s) for s in seeds]), strict=True)
+        )
     elapsed = time.perf_counter() - started
     if args.cache is not None:
         args.cache.write_text(json.dumps(cache))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
@@ -256,6 +257,47 @@ def test_a_one_request_robot_pays_its_average_uplink_not_its_smallest() -> None:
     fleet = one_robot_fleet(robot, 0.07, "threshold")
     report = simulate(fleet, make_scheduler("max-batch"), SimConfig(duration_s=20.0))
     assert report.system.starvation >= one_request - TOLERANCE
+
+
+def five_threshold_robots(margin_s: float) -> FleetSpec:
+    """Five 20 Hz robots (E = 10, k = 1, fixed 0.05 s links) sharing 0.07 s singles, as
+    threshold clients asking ``margin_s`` beyond their round trip."""
+    group = RobotGroup(
+        count=5,
+        control_hz=20.0,
+        min_execution_horizon=1,
+        max_execution_horizon=10,
+        uplink=DelaySpec(0.05),
+        downlink=DelaySpec(0.05),
+        name="arm",
+    )
+    return FleetSpec(
+        name="five-threshold",
+        robots=(group,),
+        action_horizon=10,
+        max_batch_size=1,
+        latency_points={1: 0.07},
+        request_mode="threshold",
+        threshold_margin_s=margin_s,
+    )
+
+
+def test_a_threshold_client_is_charged_what_it_holds_when_it_asks() -> None:
+    """No round trip is shorter than 0.17 s (3.4 ticks), so a client asking 0.05 s beyond
+    its own holds more than 20 x 0.22 - 1 = 3.4 actions when it asks: at least 4 (fewer
+    than 9 = E - k and 4.5 = (E - 1) / 2), and each chunk adds at most 6. The GPU computes
+    14.3 singles a second, 85.7 actions for 100 ticks: a bound of 1/7 where a chunk worth
+    10 actions made it 0 (and does for a client that asks a round trip ahead, with no
+    margin: it holds at least 3, and 7 x 14.3 = 100). Simulated, no scheduler starves
+    less."""
+    fleet = five_threshold_robots(0.05)
+    assert fleet_bound(fleet) == pytest.approx(1.0 / 7.0, abs=1e-6)
+    assert fleet_bound(five_threshold_robots(0.0)) == pytest.approx(0.0, abs=1e-9)
+    streaming = dataclasses.replace(fleet, request_mode="every-tick")
+    assert fleet_bound(streaming) == pytest.approx(0.0, abs=1e-9)
+    for name in ("max-batch", "just-in-time"):
+        report = simulate(fleet, make_scheduler(name), SimConfig(duration_s=20.0))
+        assert report.system.starvation >= fleet_bound(fleet) - TOLERANCE, name
 
 
 @pytest.mark.parametrize("name", scheduler_names())

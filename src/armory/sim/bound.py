@@ -11,7 +11,10 @@ In threshold and directed modes a robot has one request in flight, so its window
 never overlap, and each window is charged the ticks its links and forward pass
 hold on average (the delays are drawn after the robot decides to send, whatever the
 scheduler does), and the chunk-start spacing of ``min_execution_horizon`` adds the
-fluid's fourth constraint.
+fluid's fourth constraint. A threshold client asks a round trip and its margin ahead,
+and no round trip is shorter than the links and a forward pass at their least, so on
+average it holds at least :meth:`RobotClasses.threshold_asks_ahead` actions when it
+asks, and each chunk adds at most the rest.
 """
 
 from __future__ import annotations
@@ -38,12 +41,15 @@ def starvation_bound(
     request_mode: RequestMode = "every-tick",
     latency_jitter: float = 0.0,
     num_gpus: int = 1,
+    threshold_margin_s: float = 0.0,
 ) -> float:
     """Least achievable fleet starvation (fraction of ticks): ``1 - sum a_i / sum f_i``.
 
     ``latency_jitter`` is the forward pass's relative jitter (uniform in ``[1 - j, 1 + j]``
     times the profile); it matters in the one-request modes only. With ``num_gpus`` K the
     fleet is served by K such GPUs, however its robots are placed on them.
+    ``threshold_margin_s``: how far beyond its round trip a threshold client asks (any
+    margin at least this large keeps the bound valid; 0 is valid for every client).
     """
     one_request = request_mode in ONE_REQUEST_MODES
     return _least_starvation(
@@ -52,6 +58,7 @@ def starvation_bound(
         max_batch_size,
         one_request_jitter=latency_jitter if one_request else None,
         num_gpus=num_gpus,
+        threshold_margin_s=threshold_margin_s if request_mode == "threshold" else None,
     )
 
 
@@ -65,6 +72,7 @@ def fleet_bound(fleet: FleetSpec, num_gpus: int = 1) -> float:
         request_mode=fleet.request_mode,
         latency_jitter=fleet.latency_jitter,
         num_gpus=num_gpus,
+        threshold_margin_s=fleet.threshold_margin_s,
     )
 
 
@@ -89,9 +97,11 @@ def _least_starvation(
     expected_ticks: bool = False,
     one_request_jitter: float | None = None,
     num_gpus: int = 1,
+    threshold_margin_s: float | None = None,
 ) -> float:
     """The fluid's least starvation; with ``one_request_jitter`` (the forward pass's
-    relative jitter) the one-request-mode constraints are added."""
+    relative jitter) the one-request-mode constraints are added, and with
+    ``threshold_margin_s`` (threshold clients) what each client holds when it asks."""
     if not robots:
         return 0.0
     classes = robot_classes(robots)
@@ -101,12 +111,18 @@ def _least_starvation(
         if one_request_jitter is None
         else [classes.one_request_window_ticks(latency, one_request_jitter)]
     )
+    asks_ahead = (
+        None
+        if threshold_margin_s is None or one_request_jitter is None
+        else classes.threshold_asks_ahead(latency, one_request_jitter, threshold_margin_s)
+    )
     solution = classes.solve(
         latency,
         expected_ticks=expected_ticks,
         window_ticks=windows,
         min_execution_horizon=classes.min_execution_horizon if windows else None,
         num_gpus=num_gpus,
+        asks_ahead=asks_ahead,
     )
     return classes.starvation(solution)
 
@@ -161,6 +177,29 @@ class RobotClasses:
                 ]
             )
         return np.array(rows, dtype=np.float64).reshape(len(self.uplink), len(latency_s))
+
+    def threshold_asks_ahead(
+        self, latency_s: np.ndarray, latency_jitter: float, margin_s: float
+    ) -> np.ndarray:
+        """Actions a threshold client holds, on average over its chunks, when it asks: at
+        least ``h = min(floor(f (t + margin_s)), E - k, (E - 1) / 2)``, where ``t`` is the
+        shortest round trip (both links and the fastest forward pass at their least).
+
+        The client measures its round trips and asks once the actions it holds last no
+        longer than their moving average plus its margin, and not before it is ``k``
+        (``min_execution_horizon``) actions into its chunk. Every round trip is at least
+        ``t``, so it asks holding more than ``f (t + margin_s) - 1`` actions, or ``E - k``
+        where it waits for the ``k``-th action, or, where its chunk landed too late for
+        either, one tick after the landing: then it holds at least ``E - 1 - x`` for the
+        ``x`` it held when it asked for that chunk, and the two chunks overlap ``E - 1``
+        between them. So the average is at least ``h`` (docs/scheduling.md, "What a
+        threshold client holds").
+        """
+        fastest_s = float(latency_s.min()) * (1.0 - latency_jitter)
+        ahead = np.floor((self.delay_s + fastest_s + margin_s) * self.control_hz)
+        paired = (self.max_execution_horizon - 1.0) / 2.0
+        spacing = self.max_execution_horizon - self.min_execution_horizon
+        return np.maximum(np.minimum(np.minimum(ahead, spacing), paired), 0.0)
 
     def solve(self, latency_s: np.ndarray, **options: object) -> FluidSolution:
         """:func:`solve_fluid` over the classes (``options`` as there)."""
