@@ -21,7 +21,7 @@ ticks than both random and round-robin (fleets where all starve none counted apa
 and each placement's starved ticks summed over the mixed fleets. Fleets where one
 GPU holds fewer than 2 robots or more than ``--max-n1`` are skipped (listed).
 
-    python benchmarks/placement.py [--count 12] [--first-seed 1000] [--duration 10]
+    python benchmarks/placement.py [--count 12] [--first-seed 1000] [--seeds S ...] [--duration 10]
         [--gpus 1 2 4 8] [--workers 2] [--repeats 1] [--n1-draws 8] [--json out.json]
 """
 
@@ -141,6 +141,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=12)
     parser.add_argument("--first-seed", type=int, default=1000)
+    parser.add_argument(
+        "--seeds", type=int, nargs="*", default=None, help="these seeds instead of a range"
+    )
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--gpus", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--zero", type=float, default=1e-3)
@@ -162,7 +165,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     start = time.perf_counter()
-    seeds = range(args.first_seed, args.first_seed + args.count)
+    seeds = args.seeds or range(args.first_seed, args.first_seed + args.count)
     with ProcessPoolExecutor(args.workers) as pool:
         draws = args.n1_draws or max(args.gpus)
         jobs = [(s, args.duration, args.zero, args.max_n1, draws) for s in seeds]
