@@ -241,6 +241,28 @@ def test_a_chunk_tail_shorter_than_the_round_trip_starves_a_one_request_robot() 
     assert report.system.starvation >= fleet_bound(fleet) - TOLERANCE
 
 
+def test_a_streaming_robot_pays_the_downlink_it_draws() -> None:
+    """Two streaming robots (20 Hz, E = 4) on 0.07 s singles, a 5 ms uplink and a downlink
+    of 0-0.1 s: at the least delays a round trip holds floor(1.5) = 1 tick, but the
+    downlink is drawn after the batch, and floor(20 (0.075 + d)) is 2 on average. Each
+    robot then needs 10 chunks a second to move every tick (2a <= 20 + 2r), the GPU
+    computes 14.3: each gets 7.1 and moves 17.1 ticks of 20, a bound of 1/7 (0 at the
+    least delays). Simulated, no scheduler starves less."""
+    group = RobotGroup(
+        count=2,
+        control_hz=20.0,
+        max_execution_horizon=4,
+        uplink=DelaySpec(0.005),
+        downlink=DelaySpec(0.05, 0.05),
+        name="arm",
+    )
+    fleet = singles_fleet(group, "every-tick")
+    assert fleet_bound(fleet) == pytest.approx(1.0 / 7.0, abs=1e-6)
+    steady = dataclasses.replace(group, downlink=DelaySpec(0.0))
+    assert fleet_bound(singles_fleet(steady, "every-tick")) == pytest.approx(0.0, abs=1e-9)
+    assert_no_run_below_the_bound(fleet)
+
+
 def test_a_one_request_robot_pays_its_average_uplink_not_its_smallest() -> None:
     """An uplink of 0.01-0.19 s: streaming, the scheduler may serve the observations
     that came fastest, and the bound charges 0.01 s (a round trip of 1 tick, no
@@ -271,15 +293,27 @@ def five_threshold_robots(margin_s: float) -> FleetSpec:
         downlink=DelaySpec(0.05),
         name="arm",
     )
+    return singles_fleet(group, "threshold", threshold_margin_s=margin_s)
+
+
+def singles_fleet(group: RobotGroup, mode: str, *, threshold_margin_s: float = 0.05) -> FleetSpec:
+    """``group``'s robots sharing 0.07 s singles, in request mode ``mode``."""
     return FleetSpec(
-        name="five-threshold",
+        name=f"{group.name}-{mode}",
         robots=(group,),
-        action_horizon=10,
+        action_horizon=group.max_execution_horizon,
         max_batch_size=1,
         latency_points={1: 0.07},
-        request_mode="threshold",
-        threshold_margin_s=margin_s,
+        request_mode=mode,  # type: ignore[arg-type]
+        threshold_margin_s=threshold_margin_s,
     )
+
+
+def assert_no_run_below_the_bound(fleet: FleetSpec) -> None:
+    """20 s of max-batch and of just-in-time starve at least the bound, less TOLERANCE."""
+    for name in ("max-batch", "just-in-time"):
+        report = simulate(fleet, make_scheduler(name), SimConfig(duration_s=20.0))
+        assert report.system.starvation >= fleet_bound(fleet) - TOLERANCE, name
 
 
 def test_a_threshold_client_is_charged_what_it_holds_when_it_asks() -> None:
@@ -295,9 +329,7 @@ def test_a_threshold_client_is_charged_what_it_holds_when_it_asks() -> None:
     assert fleet_bound(five_threshold_robots(0.0)) == pytest.approx(0.0, abs=1e-9)
     streaming = dataclasses.replace(fleet, request_mode="every-tick")
     assert fleet_bound(streaming) == pytest.approx(0.0, abs=1e-9)
-    for name in ("max-batch", "just-in-time"):
-        report = simulate(fleet, make_scheduler(name), SimConfig(duration_s=20.0))
-        assert report.system.starvation >= fleet_bound(fleet) - TOLERANCE, name
+    assert_no_run_below_the_bound(fleet)
 
 
 @pytest.mark.parametrize("name", scheduler_names())

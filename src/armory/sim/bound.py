@@ -7,6 +7,10 @@ and states their one assumption: a robot's request windows do not overlap
 (a scheduler that pipelines requests for one robot while the GPU idles can beat
 it; on GPU-bound fleets none does).
 
+A streaming robot's forward pass and downlink are drawn after its batch is formed,
+whatever the scheduler chose, so its chunks are also charged the ticks a window of the
+least uplink, the forward pass and the downlink holds on average.
+
 In threshold and directed modes a robot has one request in flight, so its windows
 never overlap, and each window is charged the ticks its links and forward pass
 hold on average (the delays are drawn after the robot decides to send, whatever the
@@ -57,6 +61,7 @@ def starvation_bound(
         profile,
         max_batch_size,
         one_request_jitter=latency_jitter if one_request else None,
+        streaming_jitter=None if one_request else latency_jitter,
         num_gpus=num_gpus,
         threshold_margin_s=threshold_margin_s if request_mode == "threshold" else None,
     )
@@ -96,21 +101,24 @@ def _least_starvation(
     *,
     expected_ticks: bool = False,
     one_request_jitter: float | None = None,
+    streaming_jitter: float | None = None,
     num_gpus: int = 1,
     threshold_margin_s: float | None = None,
 ) -> float:
     """The fluid's least starvation; with ``one_request_jitter`` (the forward pass's
-    relative jitter) the one-request-mode constraints are added, and with
-    ``threshold_margin_s`` (threshold clients) what each client holds when it asks."""
+    relative jitter) the one-request-mode constraints are added, with
+    ``streaming_jitter`` (the same, for streaming robots) the ticks their chunks' windows
+    hold on average, and with ``threshold_margin_s`` (threshold clients) what each client
+    holds when it asks."""
     if not robots:
         return 0.0
     classes = robot_classes(robots)
     latency = profile.table(max_batch_size)[1:]
-    windows = (
-        []
-        if one_request_jitter is None
-        else [classes.one_request_window_ticks(latency, one_request_jitter)]
-    )
+    windows = []
+    if one_request_jitter is not None:
+        windows.append(classes.one_request_window_ticks(latency, one_request_jitter))
+    if streaming_jitter is not None:
+        windows.append(classes.streaming_window_ticks(latency, streaming_jitter))
     asks_ahead = (
         None
         if threshold_margin_s is None or one_request_jitter is None
@@ -120,7 +128,9 @@ def _least_starvation(
         latency,
         expected_ticks=expected_ticks,
         window_ticks=windows,
-        min_execution_horizon=classes.min_execution_horizon if windows else None,
+        min_execution_horizon=(
+            None if one_request_jitter is None else classes.min_execution_horizon
+        ),
         num_gpus=num_gpus,
         asks_ahead=asks_ahead,
     )
@@ -176,6 +186,27 @@ class RobotClasses:
                     for latency in latency_s
                 ]
             )
+        return np.array(rows, dtype=np.float64).reshape(len(self.uplink), len(latency_s))
+
+    def streaming_window_ticks(self, latency_s: np.ndarray, latency_jitter: float) -> np.ndarray:
+        """Ticks a chunk's round trip holds on average (classes x batch sizes), for a
+        robot that streams its observations: the scheduler may serve the one that came
+        fastest (the least uplink ``u``), but the forward pass ``L_b`` and the downlink
+        ``d`` are drawn after the batch is formed, so a window holds at least ``floor(f (u
+        + L_b + d))`` ticks, averaged over their uniform delays exactly."""
+        rows = [
+            [
+                expected_floor(
+                    f,
+                    up.min_s + latency * (1.0 - latency_jitter),
+                    up.min_s + latency * (1.0 + latency_jitter),
+                    down.min_s,
+                    down.median_s + down.jitter_s,
+                )
+                for latency in latency_s
+            ]
+            for f, up, down in zip(self.control_hz, self.uplink, self.downlink, strict=True)
+        ]
         return np.array(rows, dtype=np.float64).reshape(len(self.uplink), len(latency_s))
 
     def threshold_asks_ahead(
