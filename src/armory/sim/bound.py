@@ -50,7 +50,7 @@ def starvation_bound(
     """Least achievable fleet starvation (fraction of ticks): ``1 - sum a_i / sum f_i``.
 
     ``latency_jitter`` is the forward pass's relative jitter (uniform in ``[1 - j, 1 + j]``
-    times the profile); it matters in the one-request modes only. With ``num_gpus`` K the
+    times the profile), drawn after a batch is formed. With ``num_gpus`` K the
     fleet is served by K such GPUs, however its robots are placed on them.
     ``threshold_margin_s``: how far beyond its round trip a threshold client asks (any
     margin at least this large keeps the bound valid; 0 is valid for every client).
