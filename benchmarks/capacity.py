@@ -2,8 +2,8 @@
 
 The fleet: N identical robots at 20 Hz playing 10 actions a chunk (at least 2
 before switching), 5 ms +- 2 ms links, clients in threshold mode (they ask when
-their queue would run dry within the measured round trip, as openpi and LeRobot
-clients do), on a GPU-like linear profile (50 ms + 10 ms per robot in a batch).
+their queue would run dry within the measured round trip, LeRobot's rule with its
+threshold set from the latency), on a GPU-like linear profile (50 ms + 10 ms per robot in a batch).
 Two servers, the same engine:
 
 - **one request at a time**: max batch 1, first come first served (the request
