@@ -247,7 +247,7 @@ def test_a_streaming_robot_pays_the_downlink_it_draws() -> None:
     downlink is drawn after the batch, and floor(20 (0.075 + d)) is 2 on average. Each
     robot then needs 10 chunks a second to move every tick (2a <= 20 + 2r), the GPU
     computes 14.3: each gets 7.1 and moves 17.1 ticks of 20, a bound of 1/7 (0 at the
-    least delays). Simulated, no scheduler starves less."""
+    least delays). Simulated, neither max-batch nor just-in-time starves less."""
     group = RobotGroup(
         count=2,
         control_hz=20.0,
@@ -322,8 +322,8 @@ def test_a_threshold_client_is_charged_what_it_holds_when_it_asks() -> None:
     than 9 = E - k and 4.5 = (E - 1) / 2), and each chunk adds at most 6. The GPU computes
     14.3 singles a second, 85.7 actions for 100 ticks: a bound of 1/7 where a chunk worth
     10 actions made it 0 (and does for a client that asks a round trip ahead, with no
-    margin: it holds at least 3, and 7 x 14.3 = 100). Simulated, no scheduler starves
-    less."""
+    margin: it holds at least 3, and 7 x 14.3 = 100). Simulated, neither max-batch nor
+    just-in-time starves less."""
     fleet = five_threshold_robots(0.05)
     assert fleet_bound(fleet) == pytest.approx(1.0 / 7.0, abs=1e-6)
     assert fleet_bound(five_threshold_robots(0.0)) == pytest.approx(0.0, abs=1e-9)
