@@ -170,23 +170,12 @@ class RobotClasses:
         of ``u + L_b + d`` seconds from a tick holds at least ``floor(f u) + floor(f (L_b
         + d))`` ticks; each term is averaged over its uniform delays exactly.
         """
-        rows = []
-        for f, up, down in zip(self.control_hz, self.uplink, self.downlink, strict=True):
-            uplink_ticks = expected_floor(f, up.min_s, up.median_s + up.jitter_s, 0.0, 0.0)
-            rows.append(
-                [
-                    uplink_ticks
-                    + expected_floor(
-                        f,
-                        latency * (1.0 - latency_jitter),
-                        latency * (1.0 + latency_jitter),
-                        down.min_s,
-                        down.median_s + down.jitter_s,
-                    )
-                    for latency in latency_s
-                ]
-            )
-        return np.array(rows, dtype=np.float64).reshape(len(self.uplink), len(latency_s))
+        uplink_ticks = [
+            expected_floor(f, up.min_s, up.median_s + up.jitter_s, 0.0, 0.0)
+            for f, up in zip(self.control_hz, self.uplink, strict=True)
+        ]
+        after_batch = self._pass_and_downlink_ticks(latency_s, latency_jitter, after_s=0.0)
+        return np.array(uplink_ticks)[:, None] + after_batch
 
     def streaming_window_ticks(self, latency_s: np.ndarray, latency_jitter: float) -> np.ndarray:
         """Ticks a chunk's round trip holds on average (classes x batch sizes), for a
@@ -194,20 +183,30 @@ class RobotClasses:
         fastest (the least uplink ``u``), but the forward pass ``L_b`` and the downlink
         ``d`` are drawn after the batch is formed, so a window holds at least ``floor(f (u
         + L_b + d))`` ticks, averaged over their uniform delays exactly."""
+        uplink_s = np.array([up.min_s for up in self.uplink])
+        return self._pass_and_downlink_ticks(latency_s, latency_jitter, after_s=uplink_s)
+
+    def _pass_and_downlink_ticks(
+        self, latency_s: np.ndarray, latency_jitter: float, *, after_s: float | np.ndarray
+    ) -> np.ndarray:
+        """``E[floor(f (a + L_b + d))]`` (classes x batch sizes) for a window that starts
+        ``after_s`` (``a``, per class or one for all) before the forward pass ``L_b`` (its
+        relative jitter uniform) and the downlink ``d``, both uniform."""
+        after = np.broadcast_to(np.asarray(after_s, dtype=np.float64), self.control_hz.shape)
         rows = [
             [
                 expected_floor(
                     f,
-                    up.min_s + latency * (1.0 - latency_jitter),
-                    up.min_s + latency * (1.0 + latency_jitter),
+                    a + latency * (1.0 - latency_jitter),
+                    a + latency * (1.0 + latency_jitter),
                     down.min_s,
                     down.median_s + down.jitter_s,
                 )
                 for latency in latency_s
             ]
-            for f, up, down in zip(self.control_hz, self.uplink, self.downlink, strict=True)
+            for f, a, down in zip(self.control_hz, after, self.downlink, strict=True)
         ]
-        return np.array(rows, dtype=np.float64).reshape(len(self.uplink), len(latency_s))
+        return np.array(rows, dtype=np.float64).reshape(len(self.downlink), len(latency_s))
 
     def threshold_asks_ahead(
         self, latency_s: np.ndarray, latency_jitter: float, margin_s: float
