@@ -137,12 +137,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--duration", type=float, default=10.0, help="virtual seconds")
     args = parser.parse_args()
-    rows = []
-    for fleet in fleets():
-        kept = recorded_snapshots(fleet, num_snapshots=args.snapshots, duration_s=args.duration)
-        rows.append(measure(fleet, kept, repeats=args.repeats))
+    recorded = [
+        (fleet, recorded_snapshots(fleet, num_snapshots=args.snapshots, duration_s=args.duration))
+        for fleet in fleets()
+    ]
+    rows = [measure(fleet, kept, repeats=args.repeats) for fleet, kept in recorded]
     # The largest fleet (the last) again, on the same snapshots, its classes found afresh.
-    rows.append(measure(fleet, kept, repeats=args.repeats, classes_afresh=True))
+    largest, largest_kept = recorded[-1]
+    rows.append(measure(largest, largest_kept, repeats=args.repeats, classes_afresh=True))
     headers = [
         "fleet",
         "robots",
