@@ -11,7 +11,9 @@ table's precision). Per fleet:
   the largest K: a run on K GPUs pools its K replicas' simulations, and one GPU's
   count taken from a single draw would set the bar by that draw's luck);
 - per K and placement: the most robots K GPUs hold, as a fraction of ``K n1`` (1.2,
-  1.15, ... tried from the top, the first that holds counts), and the starved ticks
+  1.15, ... tried from the top, the first that holds counts), its starvation pooled
+  over ``--held-draws`` simulations (by default enough that the K replicas' simulations
+  number at least one GPU's draws: both counts rest on as many), and the starved ticks
   at ``K n1`` robots (every GPU carries what one GPU holds) and at ``1.1 K n1``,
   summed over ``--repeats`` simulations of their own seeds (arrival order, links);
 
@@ -22,7 +24,8 @@ and each placement's starved ticks summed over the mixed fleets. Fleets where on
 GPU holds fewer than 2 robots or more than ``--max-n1`` are skipped (listed).
 
     python benchmarks/placement.py [--count 12] [--first-seed 1000] [--seeds S ...] [--duration 10]
-        [--gpus 1 2 4 8] [--workers 2] [--repeats 1] [--n1-draws 8] [--json out.json]
+        [--gpus 1 2 4 8] [--workers 2] [--repeats 1] [--n1-draws 8] [--held-draws 1]
+        [--json out.json]
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -112,8 +116,8 @@ EDGE = (1.0, 1.1)
 """Fractions of ``K n1`` at which starved ticks are compared."""
 
 
-def _k_gpus(job: tuple[int, int, int, str, float, float, int]) -> dict:
-    seed, n1, gpus, placement, duration_s, zero, repeats = job
+def _k_gpus(job: tuple[int, int, int, str, float, float, int, int]) -> dict:
+    seed, n1, gpus, placement, duration_s, zero, repeats, pooled = job
     fleet = generate_fleet("mixed", seed).fleet
     runs = {}
 
@@ -124,7 +128,12 @@ def _k_gpus(job: tuple[int, int, int, str, float, float, int]) -> dict:
             runs[fraction, repeat] = _run(fleet, n, gpus, placement, sim_seed, duration_s)
         return runs[fraction, repeat]
 
-    held = next((f for f in GRID if run(f).report.system.starvation <= zero), 0.0)
+    def holds(fraction: float) -> bool:
+        # Pooled over ``pooled`` simulations, as one GPU's count pools its own.
+        draws = [run(fraction, r).report.system.starvation for r in range(pooled)]
+        return float(np.mean(draws)) <= zero
+
+    held = next((f for f in GRID if holds(f)), 0.0)
     return {
         "seed": seed,
         "gpus": gpus,
@@ -135,6 +144,18 @@ def _k_gpus(job: tuple[int, int, int, str, float, float, int]) -> dict:
             str(f): sum(run(f, r).num_starved_ticks for r in range(repeats)) for f in EDGE
         },
     }
+
+
+def n1_draws(args: argparse.Namespace) -> int:
+    """Simulations pooled for one GPU's count."""
+    return args.n1_draws or max(args.gpus)
+
+
+def held_draws(args: argparse.Namespace, gpus: int) -> int:
+    """Simulations pooled for the count of ``gpus`` GPUs: ``--held-draws``, or as many as
+    make ``gpus`` replicas' simulations at least one GPU's draws (one draw at the largest
+    K by default), so that both counts rest on as many simulations of a GPU."""
+    return args.held_draws or math.ceil(n1_draws(args) / gpus)
 
 
 def main() -> None:
@@ -162,18 +183,24 @@ def main() -> None:
         help="simulations pooled for one GPU's count (default: the largest K, as many as "
         "a run on K GPUs pools)",
     )
+    parser.add_argument(
+        "--held-draws",
+        type=int,
+        default=0,
+        help="simulations pooled for K GPUs' count (default: enough that K times this "
+        "many replica simulations are at least one GPU's --n1-draws)",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     start = time.perf_counter()
     seeds = args.seeds or range(args.first_seed, args.first_seed + args.count)
     with ProcessPoolExecutor(args.workers) as pool:
-        draws = args.n1_draws or max(args.gpus)
-        jobs = [(s, args.duration, args.zero, args.max_n1, draws) for s in seeds]
+        jobs = [(s, args.duration, args.zero, args.max_n1, n1_draws(args)) for s in seeds]
         n1 = dict(pool.map(_one_gpu, jobs))
         kept = [s for s in seeds if 2 <= n1[s] <= args.max_n1]
         skipped = [s for s in seeds if s not in kept]
         jobs = [
-            (s, n1[s], k, p, args.duration, args.zero, args.repeats)
+            (s, n1[s], k, p, args.duration, args.zero, args.repeats, held_draws(args, k))
             for s in kept
             for k in args.gpus
             for p in PLACEMENTS
