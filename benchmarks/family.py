@@ -30,6 +30,9 @@ tick in any draw).
 The family's threshold clients all ask 50 ms beyond their round trip (and directed
 robots get 50 ms of lead margin); ``--threshold-margin S`` gives every fleet another
 margin, so that a change can be judged on clients that ask earlier or later.
+``--request-mode MODE`` runs every fleet in that mode instead of its own, e.g.
+``chunk-fraction`` for fleets of LeRobot-like clients (``--chunk-size-threshold``,
+default each fleet's 0.5).
 
 ``--explain`` also holds every decision of the default against its base rule alone on
 the same snapshot and prints, summed over the fleets of each request mode, what each
@@ -37,6 +40,7 @@ rule changed (docs/scheduling.md, "What each rule changed"); the results are the
 
     python benchmarks/family.py [--count 200] [--first-seed 1000] [--duration 30]
         [--workers 2] [--cache /tmp/family-cache.json] [--threshold-margin 0.2]
+        [--request-mode chunk-fraction] [--chunk-size-threshold 0.5]
         [--repeats 3] [--json out.json] [--explain]
 """
 
@@ -51,6 +55,7 @@ from pathlib import Path
 
 import numpy as np
 
+from armory.fleet_spec import REQUEST_MODES, FleetSpec
 from armory.scheduling.config import SchedulerConfig
 from armory.scheduling.just_in_time import BASE_RULE
 from armory.scheduling.registry import make_scheduler, scheduler_names
@@ -79,15 +84,29 @@ _MEANS = (
 """Results averaged over a fleet's draws."""
 
 
-def _run(
-    job: tuple[str, int, str, float, str | None, tuple[str, ...], float | None, bool, int],
-) -> dict:
-    family, seed, name, duration_s, mode, disabled_rules, margin_s, explain, draw = job
-    fleet = generate_fleet(family, seed).fleet
+Clients = tuple[str | None, float | None, float | None]
+"""A fleet's clients as run: request mode, threshold margin and chunk size threshold
+(None: the fleet's own)."""
+
+
+def _with_clients(fleet: FleetSpec, clients: Clients) -> FleetSpec:
+    """``fleet`` with the clients ``clients`` names (each None keeps the fleet's own)."""
+    mode, margin_s, fraction = clients
     if mode is not None:
         fleet = dataclasses.replace(fleet, request_mode=mode)
     if margin_s is not None:
+        # A threshold client's margin is part of its bound (what it holds when it asks).
         fleet = dataclasses.replace(fleet, threshold_margin_s=margin_s)
+    if fraction is not None:
+        fleet = dataclasses.replace(fleet, chunk_size_threshold=fraction)
+    return fleet
+
+
+def _run(
+    job: tuple[str, int, str, float, Clients, tuple[str, ...], bool, int],
+) -> dict:
+    family, seed, name, duration_s, clients, disabled_rules, explain, draw = job
+    fleet = _with_clients(generate_fleet(family, seed).fleet, clients)
     sim_seed = seed + draw * DRAW_SEED_STRIDE
     report = simulate(
         fleet,
@@ -128,12 +147,9 @@ def _ratio(schedulers: dict[str, dict]) -> float:
     return schedulers[OURS]["weighted_throughput"] / best if best > 0 else 1.0
 
 
-def _bounds(job: tuple[str, int, float | None]) -> tuple[float, bool]:
-    family, seed, margin_s = job
-    fleet = generate_fleet(family, seed).fleet
-    if margin_s is not None:
-        # A threshold client's margin is part of its bound (what it holds when it asks).
-        fleet = dataclasses.replace(fleet, threshold_margin_s=margin_s)
+def _bounds(job: tuple[str, int, Clients]) -> tuple[float, bool]:
+    family, seed, clients = job
+    fleet = _with_clients(generate_fleet(family, seed).fleet, clients)
     bound = fleet_bound(fleet)
     return bound, bound == 0.0 and fleet_bound(fleet.with_rates_scaled(1.1)) == 0.0
 
@@ -158,6 +174,18 @@ def main() -> None:
         "robots' lead margin (default: each fleet's own)",
     )
     parser.add_argument(
+        "--request-mode",
+        choices=REQUEST_MODES,
+        default=None,
+        help="run every fleet in this request mode (default: each fleet's own)",
+    )
+    parser.add_argument(
+        "--chunk-size-threshold",
+        type=float,
+        default=None,
+        help="chunk-fraction clients' fraction of a chunk (default: each fleet's)",
+    )
+    parser.add_argument(
         "--repeats",
         type=int,
         default=1,
@@ -178,18 +206,28 @@ def main() -> None:
         cache = json.loads(args.cache.read_text())
 
     margin_s = args.threshold_margin
+    clients: Clients = (args.request_mode, margin_s, args.chunk_size_threshold)
 
-    def key(seed: int, name: str, mode: str | None, draw: int = 0) -> str:
-        margin = "" if margin_s is None else f"/margin {margin_s:g}"
+    def key(seed: int, name: str, run_clients: Clients, draw: int = 0) -> str:
+        mode, run_margin_s, fraction = run_clients
+        margin = "" if run_margin_s is None else f"/margin {run_margin_s:g}"
+        chunk = "" if fraction is None else f"/chunk fraction {fraction:g}"
         drawn = f"/draw {draw}" if draw else ""
-        return f"{args.family}/{seed}/{name}/{mode or ''}/{args.duration:g}{margin}{drawn}"
+        return f"{args.family}/{seed}/{name}/{mode or ''}/{args.duration:g}{margin}{chunk}{drawn}"
 
     draws = range(args.repeats)
 
-    def result(seed: int, name: str, mode: str | None) -> dict:
-        return _mean_of_draws([cache[key(seed, name, mode, d)] for d in draws])
+    def result(seed: int, name: str, run_clients: Clients) -> dict:
+        return _mean_of_draws([cache[key(seed, name, run_clients, d)] for d in draws])
 
     fleets = {s: generate_fleet(args.family, s) for s in seeds}
+    if args.request_mode is not None or args.chunk_size_threshold is not None:
+        fleets = {
+            s: dataclasses.replace(f, fleet=_with_clients(f.fleet, clients))
+            for s, f in fleets.items()
+        }
+    streaming = (EVERY_TICK, margin_s, args.chunk_size_threshold)
+    """The clients of a directed fleet's every-tick run."""
     off = tuple(args.disabled_rules)
     jobs = [
         (
@@ -197,9 +235,8 @@ def main() -> None:
             s,
             n,
             args.duration,
-            None,
+            clients,
             off if n == OURS else (),
-            margin_s,
             n == OURS and args.explain,
             d,
         )
@@ -208,20 +245,20 @@ def main() -> None:
         for d in draws
     ]
     jobs += [
-        (args.family, s, OURS, args.duration, EVERY_TICK, off, margin_s, False, d)
+        (args.family, s, OURS, args.duration, streaming, off, False, d)
         for s in seeds
         if fleets[s].fleet.request_mode == "directed"
         for d in draws
     ]
-    todo = [j for j in jobs if j[2] == OURS or key(j[1], j[2], j[4], j[8]) not in cache]
+    todo = [j for j in jobs if j[2] == OURS or key(j[1], j[2], j[4], j[7]) not in cache]
     started = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         # Big fleets first, so that the pool does not end on one long run.
         todo.sort(key=lambda j: -fleets[j[1]].fleet.num_robots)
         for job, outcome in zip(todo, pool.map(_run, todo, chunksize=1), strict=True):
-            cache[key(job[1], job[2], job[4], job[8])] = outcome
+            cache[key(job[1], job[2], job[4], job[7])] = outcome
         bounds = dict(
-            zip(seeds, pool.map(_bounds, [(args.family, s, margin_s) for s in seeds]), strict=True)
+            zip(seeds, pool.map(_bounds, [(args.family, s, clients) for s in seeds]), strict=True)
         )
     elapsed = time.perf_counter() - started
     if args.cache is not None:
@@ -233,7 +270,13 @@ def main() -> None:
     }
     print(
         f"{args.family} family, seeds {seeds[0]}-{seeds[-1]}, {args.duration:g} s virtual time"
+        + ("" if args.request_mode is None else f", every fleet {args.request_mode}")
         + ("" if margin_s is None else f", every client's margin {margin_s:g} s")
+        + (
+            ""
+            if args.chunk_size_threshold is None
+            else f", chunk size threshold {args.chunk_size_threshold:g}"
+        )
         + ("" if args.repeats == 1 else f", means of {args.repeats} draws")
         + "; starvation % / weighted actions per s\n"
     )
@@ -263,7 +306,7 @@ def main() -> None:
     for s in seeds:
         fleet = fleets[s].fleet
         bound, zero_required = bounds[s]
-        res = {n: result(s, n, None) for n in names}
+        res = {n: result(s, n, clients) for n in names}
         ours = res[OURS]
         decision_us.append(
             (
@@ -306,7 +349,7 @@ def main() -> None:
                 goals.append("zero-miss")
         if fleet.request_mode == "directed":
             counts["directed"] += 1
-            tick = result(s, OURS, EVERY_TICK)
+            tick = result(s, OURS, streaming)
             ok = ours["starvation"] <= tick["starvation"] + 0.01 and ours["obs_per_chunk"] <= 1.5
             counts["DIRECTED"] += int(ok)
             if not ok:
@@ -347,7 +390,8 @@ def main() -> None:
     )
     print("\nby request mode and load (fleets, >= 0.99x the best other, mean ratio):")
     bands = (("load < 0.8", 0.0, 0.8), ("0.8-1.1", 0.8, 1.1), ("> 1.1", 1.1, 9.9))
-    for mode in ("every-tick", "threshold", "directed"):
+    present = [m for m in REQUEST_MODES if any(r["request_mode"] == m for r in rows)]
+    for mode in present:
         cells = []
         for label, lo, hi in bands:
             picked = [r for r in rows if r["request_mode"] == mode and lo <= r["load"] < hi]
@@ -355,7 +399,7 @@ def main() -> None:
             ok = sum(x >= 0.99 - THROUGHPUT_TOLERANCE for x in ratios)
             mean = f"{np.mean(ratios):.3f}" if ratios else "  -  "
             cells.append(f"{label}: {len(picked):3d} {ok:3d} {mean}")
-        print(f"  {mode:10s}  " + "   ".join(cells))
+        print(f"  {mode:14s}  " + "   ".join(cells))
     sizes = np.array(decision_us)
     for lo, hi in ((2, 16), (17, 64), (65, 256)):
         sel = (sizes[:, 0] >= lo) & (sizes[:, 0] <= hi)
@@ -374,7 +418,7 @@ def main() -> None:
                 f"{sizes[sel, 2].mean():.0f} us{pooled}"
             )
     if args.explain:
-        for mode in ("every-tick", "threshold", "directed", None):
+        for mode in (*present, None):
             picked = [r for r in rows if mode is None or r["request_mode"] == mode]
             changes = summed(
                 [

@@ -128,19 +128,21 @@ def test_mixed_rate_fleet_gets_chunks_of_its_own_observations() -> None:
     assert {"starved", "batches", "chunks", "errors"} <= last.postfix().keys()
 
 
-def test_every_tick_sends_more_bytes_than_directed() -> None:
+def test_every_tick_sends_more_bytes_than_chunk_fraction_and_directed() -> None:
     """The request mode decides the wire: every-tick sends an observation whenever allowed,
-    directed about one per chunk."""
+    chunk-fraction (LeRobot's rule) on every tick while the queue holds at most half a
+    chunk, directed about one per chunk."""
     groups = [{"name": "arm", "count": 2, "control_hz": 20}]
     sent = {}
     with running_server(make_mock(), max_batch_size=4) as server:
-        for mode in ("every-tick", "directed"):
+        for mode in ("every-tick", "chunk-fraction", "directed"):
             options = FleetOptions(port=server.port, duration_s=1.5, request_mode=mode)
             report = asyncio.run(run_fleet(mixed_fleet("threshold", groups), options))
             assert report.request_mode == mode
             assert all(r.inferences >= 1 for r in report.robots)
             sent[mode] = report.system.bytes_sent_per_robot_per_s
-    assert sent["every-tick"] > 1.25 * sent["directed"]
+    assert sent["every-tick"] > 1.25 * sent["chunk-fraction"]
+    assert sent["chunk-fraction"] > 1.25 * sent["directed"]
 
 
 def test_unreachable_server_is_a_fleet_error() -> None:

@@ -81,6 +81,8 @@ def test_unknown_keys_are_rejected_by_name(tmp_path: Path, overrides: dict, name
         ({"max_batch_size": 0}, "max_batch_size must be >= 1"),
         ({"latency_profile": "h100"}, "unknown latency profile 'h100'"),
         ({"latency_jitter": 1.5}, "latency_jitter"),
+        ({"chunk_size_threshold": 1.5}, r"chunk_size_threshold must be in \[0, 1\], got 1\.5"),
+        ({"chunk_size_threshold": float("nan")}, "chunk_size_threshold must be a finite"),
         ({"robots": []}, "at least one robot group"),
         ({"robots": [{"count": 0}]}, "count must be >= 1"),
         ({"robots": [{"control_hz": -1}]}, "control_hz must be > 0"),

@@ -254,6 +254,35 @@ def test_threshold_send_is_never_before_the_next_tick() -> None:
     assert robot.next_threshold_send_tick(0.0) == robot.last_tick + 1
 
 
+# ---- chunk-fraction mode ---------------------------------------------------
+
+
+def test_chunk_fraction_sends_from_before_the_first_chunk_on_every_tick() -> None:
+    """Before any chunk the robot wants to send, on the next tick."""
+    robot = make_robot()
+    robot.advance_to(0.35)
+    assert robot.wants_to_send_chunk_fraction(0.5)
+    assert robot.next_chunk_fraction_send_tick(0.5) == 4
+
+
+def test_chunk_fraction_waits_until_the_queue_holds_its_fraction_of_a_chunk() -> None:
+    """A chunk of 10 lands after tick 0: at 0.3 of it the robot next sends at tick 7, when
+    it holds 3 actions, and on every tick after that."""
+    robot = make_robot(max_execution_horizon=10)
+    robot.apply_chunk(0.05, 0, 0.0)
+    assert not robot.wants_to_send_chunk_fraction(0.3)
+    assert robot.next_chunk_fraction_send_tick(0.3) == 7
+    robot.advance_to(0.65)
+    assert robot.queue_end - robot.action_index == 4
+    assert not robot.wants_to_send_chunk_fraction(0.3)
+    robot.advance_to(0.75)
+    assert robot.wants_to_send_chunk_fraction(0.3)
+    assert robot.next_chunk_fraction_send_tick(0.3) == 8
+    # At zero, only an empty queue sends.
+    assert not robot.wants_to_send_chunk_fraction(0.0)
+    assert robot.next_chunk_fraction_send_tick(0.0) == 10
+
+
 def test_round_trip_is_a_moving_average() -> None:
     """The first measurement is taken as is; later ones move it a quarter of the way."""
     robot = make_robot()

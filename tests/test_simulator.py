@@ -13,7 +13,7 @@ from armory.report import SimReport, startup_s
 from armory.scheduling.base import Scheduler
 from armory.scheduling.registry import make_scheduler, scheduler_names
 from armory.scheduling.snapshot import Batch, InvalidBatchError, Snapshot
-from armory.sim.simulator import SimConfig, simulate
+from armory.sim.simulator import SimConfig, Simulator, simulate
 
 
 def make_fleet(
@@ -189,6 +189,31 @@ def test_threshold_mode_asks_less_often_than_every_tick() -> None:
     for robot in reports["threshold"].robots:
         assert robot.requests_per_s < 10.0
     assert reports["threshold"].request_mode == "threshold"
+
+
+@pytest.mark.parametrize("name", SCHEDULERS)
+def test_chunk_fraction_robots_send_every_tick_only_while_their_queue_is_short(name: str) -> None:
+    """LeRobot-like robots (LeRobot's default fraction, one half of a 10-action chunk, at
+    20 Hz: 250 ms of motion left, more than a pass of both robots and the links) send an
+    observation on every tick while they hold at most 5 actions and on no other (at least
+    one per chunk, fewer than every tick's), none starved."""
+    fleet = make_fleet(num_robots=2, request_mode="chunk-fraction")
+    assert fleet.chunk_size_threshold == 0.5
+    sim = Simulator(fleet, make_scheduler(name), SimConfig(duration_s=3.0, seed=2))
+    held_at_send: list[int] = []
+    send = sim._send_observation
+
+    def spy(t_s: float, i: int) -> None:
+        held_at_send.append(sim.robots[i].report().actions_left)
+        send(t_s, i)
+
+    sim._send_observation = spy  # type: ignore[method-assign]
+    report = sim.run()
+    assert report.request_mode == "chunk-fraction"
+    assert report.system.starvation == 0.0
+    assert max(held_at_send) == 5 and 0 in held_at_send
+    for robot in report.robots:
+        assert robot.inferences / 3.0 <= robot.requests_per_s <= 0.75 * 20.0
 
 
 # ---- robots the scheduler leaves out --------------------------------------

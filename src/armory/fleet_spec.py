@@ -20,8 +20,12 @@ import yaml
 from armory.core.latency_profile import LatencyProfile, LinearProfileConfig, points_for
 from armory.core.profile_file import is_profile_path
 
-RequestMode = Literal["every-tick", "threshold", "directed"]
-REQUEST_MODES: tuple[str, ...] = ("every-tick", "threshold", "directed")
+RequestMode = Literal["every-tick", "threshold", "directed", "chunk-fraction"]
+REQUEST_MODES: tuple[str, ...] = ("every-tick", "threshold", "directed", "chunk-fraction")
+STREAMING_MODES: tuple[str, ...] = ("every-tick", "chunk-fraction")
+"""Request modes in which a robot keeps sending observations while its chunk is on its
+way (every tick, or every tick while its queue is short), so that the server picks the
+observation each chunk is computed from."""
 
 
 @dataclass(frozen=True)
@@ -113,11 +117,19 @@ class FleetSpec:
     threshold_margin_s: float = 0.05
     """Threshold mode: send when the queue runs dry within the round trip plus this margin.
     Directed mode: the margin the server adds to the lead it asks for."""
+    chunk_size_threshold: float = 0.5
+    """Chunk-fraction mode (what LeRobot's async client does, under this name): send an
+    observation on every tick while the queue holds at most this fraction of a chunk
+    (``max_execution_horizon`` actions)."""
 
     def __post_init__(self) -> None:
         if self.request_mode not in REQUEST_MODES:
             raise ValueError(
                 f"unknown request_mode {self.request_mode!r}; valid: {', '.join(REQUEST_MODES)}"
+            )
+        if not 0.0 <= self.chunk_size_threshold <= 1.0:
+            raise ValueError(
+                f"chunk_size_threshold must be in [0, 1], got {self.chunk_size_threshold}"
             )
         if self.max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {self.max_batch_size}")

@@ -306,6 +306,25 @@ def test_every_tick_pipelines_when_the_server_allows_it(limit: int) -> None:
     assert_actions_match_indices(robot)
 
 
+def test_chunk_fraction_streams_only_while_the_queue_is_short() -> None:
+    """chunk-fraction at 0.3 of a 10-action chunk, a server that answers in 2.5 periods and
+    allows pipelining: every tick's observation goes out at once while the robot holds at
+    most 3 actions, none while it holds more; it pipelines as every-tick does."""
+    clock = FakeClock()
+    robot = FakeRobot(clock)
+    client = FakeClient(clock, delay_s=2.5 * PERIOD_S)
+    client.metadata = {"armory": {"pipelining": True, "max_pipelined_requests": 8}}
+    config = make_config(request_mode="chunk-fraction", chunk_size_threshold=0.3)
+    _, summary = run_runtime(clock, robot, client, config)
+    lefts = [r["actions_left"] for r in client.requests]
+    assert all(r["pipelined"] for r in client.requests)
+    assert lefts[0] == 0 and max(lefts[1:]) <= 3 and 3 in lefts[1:]
+    # Fewer observations than ticks: none while the queue holds 4 or more.
+    assert summary.num_requests < summary.num_ticks - 1
+    assert summary.num_starved_ticks == 0
+    assert_actions_match_indices(robot)
+
+
 def test_every_tick_sends_one_request_at_a_time_without_the_servers_leave() -> None:
     """No ``pipelining`` in the metadata (or ``RuntimeConfig.pipelining=False``): one
     request at a time, each asking to be deferred after two ticks."""

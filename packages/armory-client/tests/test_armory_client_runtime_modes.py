@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from armory_client import (
     REQUEST_MODES,
+    ChunkFraction,
     Directed,
     EveryTick,
     ProtocolError,
@@ -38,14 +39,42 @@ def make_state(**overrides) -> SendState:
 
 def test_registry_names_and_error_lists_them() -> None:
     """make_request_mode builds each mode by name; an unknown name lists every valid one."""
-    assert list(REQUEST_MODES) == ["every-tick", "threshold", "directed"]
+    assert list(REQUEST_MODES) == ["every-tick", "threshold", "directed", "chunk-fraction"]
     assert isinstance(make_request_mode("every-tick"), EveryTick)
     assert make_request_mode("threshold", margin_s=0.1) == Threshold(margin_s=0.1)
     assert make_request_mode("directed") == Directed()
-    with pytest.raises(ValueError, match="every-tick, threshold, directed"):
+    assert make_request_mode("chunk-fraction", chunk_size_threshold=0.3) == ChunkFraction(
+        chunk_size_threshold=0.3
+    )
+    with pytest.raises(ValueError, match="every-tick, threshold, directed, chunk-fraction"):
         make_request_mode("eager")
     with pytest.raises(ValueError, match="margin_s"):
         make_request_mode("threshold", margin_s=-1.0)
+    with pytest.raises(ValueError, match="chunk_size_threshold"):
+        make_request_mode("chunk-fraction", chunk_size_threshold=1.5)
+
+
+def test_chunk_fraction_sends_every_tick_while_the_queue_is_short() -> None:
+    """chunk-fraction sends, in flight or not, while actions_left <= fraction x chunk (the
+    boundary included: 4 of a chunk of 8 at one half), and not above it; before the first
+    chunk and with an empty queue always; never before min horizon into a chunk."""
+    mode = ChunkFraction(chunk_size_threshold=0.5)
+    assert mode.streams and EveryTick.streams and not Threshold.streams
+    assert mode.should_send(make_state(actions_left=4, max_execution_horizon=8))
+    assert mode.should_send(make_state(actions_left=4, max_execution_horizon=8, in_flight=True))
+    assert not mode.should_send(make_state(actions_left=5, max_execution_horizon=8))
+    assert mode.should_send(
+        make_state(chunk_start=None, actions_left=0, action_index=0, max_execution_horizon=8)
+    )
+    assert ChunkFraction(chunk_size_threshold=0.0).should_send(
+        make_state(actions_left=0, max_execution_horizon=8)
+    )
+    assert not ChunkFraction(chunk_size_threshold=0.0).should_send(
+        make_state(actions_left=1, max_execution_horizon=8)
+    )
+    # One action into the chunk started at 10, min horizon 2: the server could not serve it.
+    early = make_state(action_index=11, actions_left=3, max_execution_horizon=8)
+    assert not mode.should_send(early)
 
 
 def test_every_tick_always_wants_to_send() -> None:

@@ -223,6 +223,7 @@ async def run_fleet(
                 weight=spec.weight,
                 request_mode=mode,
                 threshold_margin_s=fleet.threshold_margin_s,
+                chunk_size_threshold=fleet.chunk_size_threshold,
                 duration_s=options.duration_s,
                 history_len=_HISTORY_LEN,
                 # Synthetic robots count what they execute: no held actions on dry ticks.

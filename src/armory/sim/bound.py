@@ -11,6 +11,9 @@ A streaming robot's forward pass and downlink are drawn after its batch is forme
 whatever the scheduler chose, so its chunks are also charged the ticks a window of the
 least uplink, the forward pass and the downlink holds on average.
 
+A chunk-fraction robot (LeRobot's rule) streams only while its queue is short: its
+observations are some of a streaming robot's, so it is charged as one.
+
 In threshold and directed modes a robot has one request in flight, so its windows
 never overlap, and each window is charged the ticks its links and forward pass
 hold on average (the delays are drawn after the robot decides to send, whatever the

@@ -27,10 +27,14 @@ import numpy as np
 import yaml
 
 from armory.core.latency_profile import PRESET_POINTS, LatencyProfile
-from armory.fleet_spec import REQUEST_MODES, DelaySpec, FleetSpec, RobotGroup, fleet_to_dict
+from armory.fleet_spec import DelaySpec, FleetSpec, RequestMode, RobotGroup, fleet_to_dict
 
 FAMILIES: tuple[str, ...] = ("mixed",)
 """Names of the fleet families :func:`generate_family` knows."""
+
+FAMILY_REQUEST_MODES: tuple[RequestMode, ...] = ("every-tick", "threshold", "directed")
+"""The request modes a family fleet is drawn with (a fleet of LeRobot-like clients is one of
+them switched to ``chunk-fraction``: ``benchmarks/family.py --request-mode``)."""
 
 TRAIN_SEEDS = range(0, 1000)
 """Seeds a scheduler may be tuned on."""
@@ -126,7 +130,7 @@ def generate_fleet(family: str, seed: int) -> FamilyFleet:
         latency_profile="linear",
         latency_points=points,
         latency_jitter=round(float(rng.uniform(0.0, 0.1)), 3),
-        request_mode=REQUEST_MODES[int(rng.integers(len(REQUEST_MODES)))],  # type: ignore[arg-type]
+        request_mode=FAMILY_REQUEST_MODES[int(rng.integers(len(FAMILY_REQUEST_MODES)))],
     )
     return FamilyFleet(fleet=fleet, seed=seed, load=fleet_load(fleet))
 

@@ -128,6 +128,24 @@ class SimRobot:
         to_min_horizon = self.chunk_start + self.spec.min_execution_horizon - self.action_index
         return self.last_tick + max(1, to_threshold, to_min_horizon)
 
+    def next_chunk_fraction_send_tick(self, chunk_size_threshold: float) -> int:
+        """Chunk-fraction mode: the first tick, from the next one on, after which the queue
+        holds at most ``chunk_size_threshold`` of a chunk (before the first chunk, and with
+        an empty queue, the next tick)."""
+        if self.first_land_s is None:
+            return self.last_tick + 1
+        left = self.queue_end - self.action_index
+        most = chunk_size_threshold * self.spec.max_execution_horizon
+        return self.last_tick + max(1, math.ceil(left - most - 1e-9))
+
+    def wants_to_send_chunk_fraction(self, chunk_size_threshold: float) -> bool:
+        """Chunk-fraction mode, after this tick's action: whether the queue holds at most
+        ``chunk_size_threshold`` of a chunk (always before the first chunk)."""
+        if self.first_land_s is None:
+            return True
+        left = self.queue_end - self.action_index
+        return left <= chunk_size_threshold * self.spec.max_execution_horizon + 1e-9
+
     def next_directed_send_tick(self, send_index: int | None) -> int:
         """Directed mode: the tick at which the action index reaches the server's
         ``send_index`` (the next tick if it already has, or if the queue runs dry first)."""

@@ -26,7 +26,7 @@ from armory.core.latency_profile import LatencyProfile
 from armory.engine.decision_step import DecisionStep
 from armory.engine.queue_mirror import NO_CHUNK, QueueMirror, QueueReport, RobotLimits
 from armory.engine.session import directed_defer_s, directed_lead_s, directed_send_index
-from armory.fleet_spec import DelaySpec, FleetSpec
+from armory.fleet_spec import STREAMING_MODES, DelaySpec, FleetSpec
 from armory.report import SimReport, startup_s
 from armory.scheduling.base import Scheduler
 from armory.scheduling.rule_changes import RuleChanges
@@ -107,7 +107,7 @@ class Simulator:
                 uplink_s=spec.uplink.median_s,
                 downlink_s=spec.downlink.median_s,
                 directed=fleet.request_mode == "directed",
-                streams=fleet.request_mode == "every-tick",
+                streams=fleet.request_mode in STREAMING_MODES,
             )
             for spec in specs
         ]
@@ -187,11 +187,20 @@ class Simulator:
     # ---- robots --------------------------------------------------------
 
     def _on_tick(self, t_s: float, i: int) -> None:
-        """A robot's tick on which it sends an observation."""
+        """A robot's tick on which it sends an observation (chunk-fraction: may send; a
+        chunk that landed since the tick was set can have refilled its queue)."""
         robot = self.robots[i]
         robot.advance_to(t_s)
+        mode = self.fleet.request_mode
+        if mode == "chunk-fraction":
+            fraction = self.fleet.chunk_size_threshold
+            if robot.wants_to_send_chunk_fraction(fraction):
+                self._send_observation(t_s, i)
+            n = robot.next_chunk_fraction_send_tick(fraction)
+            self._push(robot.tick_time_s(n), _Event.TICK, i)
+            return
         self._send_observation(t_s, i)
-        if self.fleet.request_mode == "every-tick":
+        if mode == "every-tick":
             self._push(robot.tick_time_s(robot.last_tick + 1), _Event.TICK, i)
 
     def _send_observation(self, t_s: float, i: int) -> None:
@@ -206,7 +215,7 @@ class Simulator:
         robot = self.robots[i]
         robot.apply_chunk(t_s, start, obs_time_s)
         mode = self.fleet.request_mode
-        if mode == "every-tick":
+        if mode in STREAMING_MODES:
             return
         # One request is in flight at a time: this chunk answers it.
         robot.request_in_flight = False

@@ -54,6 +54,7 @@ from armory_client.merge import (
 )
 from armory_client.request_modes import (
     REQUEST_MODES,
+    ChunkFraction,
     Directed,
     EveryTick,
     RequestMode,
@@ -83,6 +84,7 @@ __all__ = [
     "ArmoryClientError",
     "AsyncPolicyClient",
     "CertificateRejected",
+    "ChunkFraction",
     "CodecError",
     "ConnectTimeout",
     "ConnectionLost",

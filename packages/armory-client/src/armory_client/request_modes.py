@@ -6,10 +6,11 @@ while an observation is waiting. It reads a `SendState` snapshot and nothing
 else, so it is tested without sockets or clocks.
 
 The openpi protocol is strict request/response, so the runtime keeps one request
-in flight. A mode that wants to send while one is in flight (only `every-tick`
-does) has its newest observation wait; it goes out when the reply lands, if the
-mode still wants it then. Against a server that allows pipelining, every-tick
-sends each observation at once instead (`RuntimeConfig.pipelining`).
+in flight. A mode that wants to send while one is in flight (a streaming one:
+every-tick, chunk-fraction) has its newest observation wait; it goes out when the
+reply lands, if the mode still wants it then. Against a server that allows
+pipelining, a streaming mode sends each observation at once instead
+(`RuntimeConfig.pipelining`).
 
 - `every-tick`: every tick's observation (pipelined, or the newest waits while one
   is in flight).
@@ -18,6 +19,8 @@ sends each observation at once instead (`RuntimeConfig.pipelining`).
   empty queue always asks: it can get no further into its chunk).
 - `directed`: when the action index reaches the `next_request_index` of the latest
   reply (or the queue is empty); as `threshold` when the server names none.
+- `chunk-fraction`: every tick while the queue holds at most a fraction of a chunk (what
+  LeRobot's async client does with its `chunk_size_threshold`); sent as every-tick's are.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import ClassVar
 
 __all__ = [
     "REQUEST_MODES",
+    "ChunkFraction",
     "Directed",
     "EveryTick",
     "RequestMode",
@@ -59,12 +63,18 @@ class SendState:
     """Smoothed measured request-to-reply time; None before the first reply."""
     next_request_index: int | None = None
     """From the latest applied reply: the index at which to send next; None if not given."""
+    max_execution_horizon: int | None = None
+    """Most actions of a chunk played (a chunk's length, for `chunk-fraction`); None if
+    not given."""
 
 
 class RequestMode(abc.ABC):
     """Decides, from a `SendState`, whether the robot sends an observation now."""
 
     name: ClassVar[str]
+    streams: ClassVar[bool] = False
+    """The robot keeps sending observations while a reply is on its way (pipelined where
+    the server allows it, else the newest waits and a late one is answered "deferred")."""
 
     @abc.abstractmethod
     def should_send(self, state: SendState) -> bool:
@@ -75,16 +85,38 @@ class EveryTick(RequestMode):
     """Every observation goes to the server; the scheduler alone decides when to serve."""
 
     name = "every-tick"
+    streams = True
 
     def should_send(self, state: SendState) -> bool:
         """Every tick once the robot is `min_execution_horizon` actions into its chunk (the
         server could not serve an earlier observation), at once before the first chunk or
         with an empty queue."""
-        return (
-            state.chunk_start is None
-            or state.actions_left == 0
-            or state.action_index - state.chunk_start >= state.min_execution_horizon
-        )
+        return _servable(state)
+
+
+@dataclasses.dataclass(frozen=True)
+class ChunkFraction(RequestMode):
+    """Every tick while the queue holds at most `chunk_size_threshold` of a chunk: the rule
+    of LeRobot's async client (``queue size / chunk size <= chunk_size_threshold``), which
+    is to be chosen above the expected latency. A fleet of LeRobot robots is simulated or
+    load-tested with it."""
+
+    name: ClassVar[str] = "chunk-fraction"
+    streams = True
+    chunk_size_threshold: float = 0.5
+    """Fraction of a chunk (`max_execution_horizon` actions) at or below which it sends."""
+
+    def __post_init__(self) -> None:
+        _check_fraction(self.chunk_size_threshold)
+
+    def should_send(self, state: SendState) -> bool:
+        """As `every-tick` while ``actions_left <= chunk_size_threshold *
+        max_execution_horizon`` (every tick when the chunk's length is not given)."""
+        if state.max_execution_horizon is not None and state.chunk_start is not None:
+            most = self.chunk_size_threshold * state.max_execution_horizon
+            if state.actions_left > most + 1e-9:
+                return False
+        return _servable(state)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,6 +165,16 @@ class Directed(RequestMode):
         return state.action_index >= state.next_request_index or state.actions_left == 0
 
 
+def _servable(state: SendState) -> bool:
+    """Whether the server could serve an observation taken now: no chunk yet, an empty
+    queue, or `min_execution_horizon` actions into the chunk."""
+    return (
+        state.chunk_start is None
+        or state.actions_left == 0
+        or state.action_index - state.chunk_start >= state.min_execution_horizon
+    )
+
+
 def _threshold_due(state: SendState, margin_s: float) -> bool:
     """The threshold rule, apart from the in-flight check."""
     if state.chunk_start is None or state.round_trip_s is None or state.actions_left == 0:
@@ -149,14 +191,23 @@ def _check_margin(margin_s: float) -> None:
         raise ValueError(f"margin_s must be a finite number >= 0, got {margin_s!r}")
 
 
+def _check_fraction(fraction: float) -> None:
+    """Raise a ValueError naming a chunk fraction outside [0, 1]."""
+    if not (isinstance(fraction, int | float) and 0.0 <= fraction <= 1.0):
+        raise ValueError(f"chunk_size_threshold must be a number in [0, 1], got {fraction!r}")
+
+
 REQUEST_MODES: dict[str, type[RequestMode]] = {
-    mode.name: mode for mode in (EveryTick, Threshold, Directed)
+    mode.name: mode for mode in (EveryTick, Threshold, Directed, ChunkFraction)
 }
 """Every request mode by name."""
 
 
-def make_request_mode(name: str, *, margin_s: float = 0.05) -> RequestMode:
-    """The mode called `name`; `margin_s` is the threshold margin where the mode has one.
+def make_request_mode(
+    name: str, *, margin_s: float = 0.05, chunk_size_threshold: float = 0.5
+) -> RequestMode:
+    """The mode called `name`; `margin_s` is the threshold margin where the mode has one,
+    `chunk_size_threshold` the fraction of `chunk-fraction`.
 
     Raises ValueError listing every valid name when `name` is unknown.
     """
@@ -166,6 +217,8 @@ def make_request_mode(name: str, *, margin_s: float = 0.05) -> RequestMode:
         return Threshold(margin_s=margin_s)
     if name == Directed.name:
         return Directed(margin_s=margin_s)
+    if name == ChunkFraction.name:
+        return ChunkFraction(chunk_size_threshold=chunk_size_threshold)
     raise ValueError(f"unknown request mode {name!r}; valid: {', '.join(REQUEST_MODES)}")
 
 

@@ -61,7 +61,12 @@ from armory_client.action_queue import ActionQueue
 from armory_client.errors import ArmoryClientError, HandshakeRejected
 from armory_client.image_prep import ImageSpec, image_specs, prepare_images
 from armory_client.merge import Rtc, make_merge_rule, nonfinite_rows, rtc_delay_ticks
-from armory_client.request_modes import RoundTripEstimate, SendState, make_request_mode
+from armory_client.request_modes import (
+    RequestMode,
+    RoundTripEstimate,
+    SendState,
+    make_request_mode,
+)
 from armory_client.robot import Robot
 from armory_client.runtime_stats import RequestRecord, RuntimeStats, RuntimeSummary, TickRecord
 from armory_client.safety import SafetyConfig, SafetyLayer, SafetyStop
@@ -90,9 +95,13 @@ class RuntimeConfig:
     """Relative priority of this robot when the server is short of capacity."""
     # Requests
     request_mode: str = "directed"
-    """``every-tick``, ``threshold`` or ``directed`` (see `request_modes`)."""
+    """``every-tick``, ``threshold``, ``directed`` or ``chunk-fraction`` (see
+    `request_modes`)."""
     threshold_margin_s: float = 0.05
     """Threshold (and directed fallback): added to the measured round trip."""
+    chunk_size_threshold: float = 0.5
+    """Chunk-fraction: send every tick while the queue holds at most this fraction of
+    `max_execution_horizon` (LeRobot's async client's parameter of the same name)."""
     round_trip_smoothing: float = 0.25
     """Weight of the newest sample in the round-trip moving average."""
     pipelining: bool = True
@@ -129,7 +138,7 @@ class RuntimeConfig:
     def __post_init__(self) -> None:
         # RobotState checks the fields it shares with the config.
         self.robot_state(action_index=0, actions_left=0, chunk_start=None)
-        make_request_mode(self.request_mode, margin_s=self.threshold_margin_s)
+        self.make_request_mode()
         RoundTripEstimate(smoothing=self.round_trip_smoothing)
         if not (math.isfinite(self.defer_after_ticks) and self.defer_after_ticks > 0):
             raise ValueError(f"defer_after_ticks must be > 0, got {self.defer_after_ticks}")
@@ -160,6 +169,14 @@ class RuntimeConfig:
             raise ValueError(
                 f"jpeg_quality must be an int in 1..100 or None, got {self.jpeg_quality!r}"
             )
+
+    def make_request_mode(self) -> RequestMode:
+        """The request mode this config names, with its parameters."""
+        return make_request_mode(
+            self.request_mode,
+            margin_s=self.threshold_margin_s,
+            chunk_size_threshold=self.chunk_size_threshold,
+        )
 
     def robot_state(self, **fields: Any) -> RobotState:
         """A `RobotState` of this robot with the given per-observation fields."""
@@ -216,11 +233,11 @@ class RobotRuntime:
         self.safety = SafetyLayer(config.safety, on_stop=on_safety_stop)
         """Checks every action before `Robot.send_action` (`on_safety_stop` is told once
         per stop, e.g. to cut motor torque)."""
-        self.mode = make_request_mode(config.request_mode, margin_s=config.threshold_margin_s)
-        # Every-tick: an observation no batch took within `defer_after_ticks` is answered
-        # "deferred", and a fresh one is sent in its place.
-        every_tick = config.request_mode == "every-tick"
-        self._defer_after_s = config.defer_after_ticks / config.control_hz if every_tick else None
+        self.mode = config.make_request_mode()
+        # A streaming mode (every-tick): an observation no batch took within
+        # `defer_after_ticks` is answered "deferred", and a fresh one is sent in its place.
+        streams = self.mode.streams
+        self._defer_after_s = config.defer_after_ticks / config.control_hz if streams else None
         self.round_trip = RoundTripEstimate(smoothing=config.round_trip_smoothing)
         self.stats = RuntimeStats(history_len=config.history_len)
         self.episode_id = 0
@@ -420,6 +437,7 @@ class RobotRuntime:
             in_flight=bool(self._requests),
             round_trip_s=self.round_trip.value_s,
             next_request_index=self._next_request_index,
+            max_execution_horizon=self.config.max_execution_horizon,
         )
 
     # ---- requests ----------------------------------------------------------
@@ -588,10 +606,10 @@ class RobotRuntime:
         return image_specs(self._server_metadata())
 
     def _requests_in_flight(self) -> tuple[bool, int]:
-        """(pipelined, most requests in flight): every-tick pipelines when the server's
-        metadata allows it (``"pipelining": true`` under ``"armory"``), up to its
-        ``max_pipelined_requests``; otherwise one request at a time."""
-        if self.config.request_mode != "every-tick" or not self.config.pipelining:
+        """(pipelined, most requests in flight): a streaming mode (every-tick) pipelines
+        when the server's metadata allows it (``"pipelining": true`` under ``"armory"``), up
+        to its ``max_pipelined_requests``; otherwise one request at a time."""
+        if not self.mode.streams or not self.config.pipelining:
             return False, 1
         info = self._server_metadata().get("armory")
         if not isinstance(info, Mapping) or info.get("pipelining") is not True:
