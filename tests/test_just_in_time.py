@@ -173,7 +173,8 @@ def overloaded(weight: float | list[float] = 1.0, **overrides: object) -> object
     would just fit, one at a time)."""
     options: dict[str, object] = {"now_s": 1.0, "weight": weight, "obs_time_s": 0.98}
     options.update(overrides)
-    return make_snapshot([1.0] * 8, **options)  # type: ignore[arg-type]
+    deadline_s = options.pop("deadline_s", [1.0] * 8)
+    return make_snapshot(deadline_s, **options)  # type: ignore[arg-type]
 
 
 def test_over_capacity_the_heavy_robot_rides_first() -> None:
@@ -189,6 +190,20 @@ def test_over_capacity_equal_robots_fill_the_batch_size_the_optimum_uses() -> No
     (2 / 0.135 s) than singles (1 / 0.070 s)."""
     batch = rule().schedule(overloaded())
     assert batch.robot_ids == (0, 1)
+
+
+def test_over_capacity_robots_that_say_they_stream_get_dry_waits_whatever_their_age() -> None:
+    """Eight robots over capacity, four dry with fresh observations and four holding 8
+    actions whose newest observation is 0.3 s old (LeRobot clients send only once their
+    queue runs short). Judged by age the four look like robots that ask once, which a dry
+    wait would serve a stale observation, so `overload` decides; declared streaming (the
+    mirror's column), they will send again when short, and `fluid-share` decides."""
+    stale = overloaded(deadline_s=[1.0] * 4 + [1.4] * 4, obs_time_s=[0.98] * 4 + [0.7] * 4)
+    assert JustInTimeScheduler().schedule(stale).rule == "overload"
+    declared = dataclasses.replace(stale, streams=np.ones(8, dtype=bool))
+    assert JustInTimeScheduler().schedule(declared).rule == "fluid-share"
+    undeclared = dataclasses.replace(stale, streams=np.zeros(8, dtype=bool))
+    assert JustInTimeScheduler().schedule(undeclared).rule == "overload"
 
 
 def _counting_solves(monkeypatch: pytest.MonkeyPatch) -> list[object]:

@@ -348,12 +348,13 @@ def test_snapshot_carries_the_limits_and_the_latency_table() -> None:
 def test_a_robot_that_asks_at_its_own_moment_shows_how_far_ahead_it_asks() -> None:
     """A threshold client's latest report says how many actions it still held when it
     asked (at most a chunk's worth); robots that stream or are directed ask when the
-    server picks, and show none."""
+    server picks, and show none. The streaming column says which robots stream."""
     mirror = QueueMirror()
     mirror.add(1, make_limits(), 0.0)
     mirror.add(2, dataclasses.replace(make_limits(), streams=True), 0.0)
     mirror.add(3, dataclasses.replace(make_limits(), directed=True), 0.0)
     assert take_snapshot(mirror).asks_ahead.tolist() == [0, 0, 0]
+    assert take_snapshot(mirror).streams.tolist() == [False, True, False]
     for robot_id in (1, 2, 3):
         mirror.observe(robot_id, QueueReport(action_index=10, actions_left=4, chunk_start=6), 1.0)
     assert take_snapshot(mirror, 1.0).asks_ahead.tolist() == [4, 0, 0]
@@ -364,3 +365,4 @@ def test_a_robot_that_asks_at_its_own_moment_shows_how_far_ahead_it_asks() -> No
     mirror.update_limits(2, make_limits())
     mirror.observe(2, QueueReport(action_index=12, actions_left=3, chunk_start=11), 1.5)
     assert take_snapshot(mirror, 1.5).asks_ahead.tolist() == [6, 3, 0]
+    assert take_snapshot(mirror, 1.5).streams.tolist() == [False, False, False]

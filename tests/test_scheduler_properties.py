@@ -95,21 +95,23 @@ def test_just_in_time_decides_alike_in_any_robot_order_and_at_any_scale_of_weigh
     """The default's decision is a function of the fleet, not of the order its robots are
     listed in, and weights are relative: every weight scaled by a power of two (exact in
     floating point) from 2^-20 to 2^20 gives the same decision, over capacity too, some
-    robots asking ahead or directed. (Scaled weights once changed decisions: the fluid
-    program counted the GPU against absolute weights, and sums were rounded in absolute
-    units.)"""
+    robots asking ahead, directed or streaming. (Scaled weights once changed decisions:
+    the fluid program counted the GPU against absolute weights, and sums were rounded in
+    absolute units.)"""
     n = snapshot.num_robots
     asks = data.draw(st.none() | st.lists(st.integers(0, 10), min_size=n, max_size=n))
     directed = data.draw(st.none() | st.lists(st.booleans(), min_size=n, max_size=n))
+    streams = data.draw(st.none() | st.lists(st.booleans(), min_size=n, max_size=n))
     base = dataclasses.replace(
         snapshot,
         asks_ahead=None if asks is None else np.array(asks, dtype=np.int64),
         directed=None if directed is None else np.array(directed),
+        streams=None if streams is None else np.array(streams),
     )
     order = np.array(data.draw(st.permutations(range(n))), dtype=np.int64)
     columns = {name: getattr(base, name)[order] for name in _PER_ROBOT}
     columns["weight"] = columns["weight"] * 2.0 ** data.draw(st.integers(-20, 20))
-    for name in ("asks_ahead", "directed"):
+    for name in ("asks_ahead", "directed", "streams"):
         if getattr(base, name) is not None:
             columns[name] = getattr(base, name)[order]
     moved = dataclasses.replace(base, **columns)

@@ -294,6 +294,7 @@ class QueueMirror:
             max_batch_size=max_batch_size,
             directed=self.directed[s].copy(),
             asks_ahead=self._asks_ahead(s),
+            streams=self.streams[s].copy(),
         )
 
     def _asks_ahead(self, s: slice) -> np.ndarray:

@@ -273,8 +273,12 @@ class JustInTimeScheduler(Scheduler):
         chunk_s = s.chunk_seconds()
         # Only a robot that keeps sending observations can wait dry and still be served
         # from a fresh one; a robot that asks once and waits would be served a stale one.
+        # One that says it streams does (a LeRobot client sends once its queue is short,
+        # as it is when dry: what it held long ago is no sign); others by their age.
         age_s = s.now_s - s.obs_time_s
         streams = age_s <= 2.0 / s.control_hz + 2.0 * s.downlink_s + self.margin_s
+        if s.streams is not None:
+            streams |= s.streams
         # So can a directed robot: the server told it what to hold when it sends (once
         # dry: its action index stands still while it waits, and the chunk loses
         # nothing), and what it held is lost to each chunk alike. (A threshold client

@@ -46,6 +46,11 @@ class Snapshot:
     threshold client), the actions it still held when it sent its latest observation: its
     client asks that early, and each chunk overlaps that much of its queue. 0 for robots
     whose moment the server picks (streaming, directed); None: 0 for every robot."""
+    streams: np.ndarray | None = None
+    """bool: the robot keeps sending observations while its chunk is on its way, at least
+    once its queue runs short (every-tick clients; LeRobot's, which send on every tick
+    while they hold at most a fraction of a chunk), so a fresh one will be there when it
+    is served; None: not declared (a scheduler may judge by the observation's age)."""
 
     @property
     def num_robots(self) -> int:
