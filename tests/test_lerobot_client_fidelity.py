@@ -8,7 +8,10 @@
 - RTC's ``ActionQueue`` against the ``rtc`` rule with ``ActionQueue.freeze``, on
   chunks that disagree, each reply landing after its frozen actions were played;
 - RTC's ``get_prefix_weights`` against ``armory.policies.rtc_guidance.prefix_weights``
-  for every schedule and edge.
+  for every schedule and edge;
+
+and ``lerobot_client/send_rule.py``: ``RobotClient``'s rule for sending an observation
+against the ``chunk-fraction`` request mode.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from armory_client import ActionQueue, RuntimeConfig, make_merge_rule
+from armory_client import ActionQueue, ChunkFraction, RuntimeConfig, SendState, make_merge_rule
 
 from armory.policies.rtc_guidance import RTC_SCHEDULES, prefix_weights
 
@@ -124,3 +127,48 @@ def test_prefix_weights_match_lerobots_rtc(reference: dict[str, Any]) -> None:
     chunk, gives LeRobot's weights."""
     for case, expected in zip(WEIGHT_CASES, reference["prefix_weights"], strict=True):
         np.testing.assert_allclose(prefix_weights(*case), expected, atol=1e-7, err_msg=str(case))
+
+
+SEND_RULE_SCRIPT = Path(__file__).resolve().parent / "lerobot_client" / "send_rule.py"
+
+
+def test_chunk_fraction_sends_when_lerobots_robot_client_sends() -> None:
+    """Armory's chunk-fraction mode (the simulator's and Armory's client's model of a
+    LeRobot robot) against ``RobotClient._ready_to_send_observation`` itself, for every
+    queue length from empty to past a chunk, several chunk sizes and thresholds, and
+    before the first chunk: the same answer in each case."""
+    cases = [
+        [queue_size, chunk_size, threshold]
+        for chunk_size in (1, 4, 10, 25, 50)
+        for threshold in (0.0, 0.2, 0.5, 0.7, 1.0)
+        for queue_size in range(chunk_size + 3)
+    ]
+    first = [[0, -1, threshold] for threshold in (0.0, 0.5, 1.0)]
+    out = subprocess.run(
+        [str(LEROBOT_PYTHON), str(SEND_RULE_SCRIPT)],
+        input=json.dumps(cases + first),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    upstream = json.loads(out.stdout)
+
+    def armory_sends(queue_size: int, chunk_size: int, threshold: float) -> bool:
+        started = chunk_size > 0
+        state = SendState(
+            action_index=100,
+            actions_left=queue_size,
+            chunk_start=90 if started else None,
+            control_hz=30.0,
+            min_execution_horizon=1,
+            in_flight=True,
+            round_trip_s=0.1,
+            max_execution_horizon=chunk_size if started else None,
+        )
+        return ChunkFraction(chunk_size_threshold=threshold).should_send(state)
+
+    ours = [armory_sends(*case) for case in cases + first]
+    assert ours == upstream
+    assert any(upstream) and not all(upstream)
