@@ -132,7 +132,7 @@ def test_prefix_weights_match_lerobots_rtc(reference: dict[str, Any]) -> None:
 SEND_RULE_SCRIPT = Path(__file__).resolve().parent / "lerobot_client" / "send_rule.py"
 
 
-def test_chunk_fraction_sends_when_lerobots_robot_client_sends() -> None:
+def test_chunk_fraction_sends_when_lerobots_robot_client_sends(tmp_path: Path) -> None:
     """Armory's chunk-fraction mode (the simulator's and Armory's client's model of a
     LeRobot robot) against ``RobotClient._ready_to_send_observation`` itself, for every
     queue length from empty to past a chunk, several chunk sizes and thresholds, and
@@ -149,6 +149,7 @@ def test_chunk_fraction_sends_when_lerobots_robot_client_sends() -> None:
         input=json.dumps(cases + first),
         capture_output=True,
         text=True,
+        cwd=tmp_path,  # importing LeRobot's robot_client opens a log file under ./logs
         timeout=300,
         check=False,
     )
