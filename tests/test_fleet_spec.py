@@ -132,7 +132,7 @@ def test_shipped_paper_files_match_the_paper_grid() -> None:
         assert load_fleet(files[name]) == fleet, name
 
 
-@pytest.mark.parametrize("name", ["mixed-rate", "threshold-demo", "scale-1000"])
+@pytest.mark.parametrize("name", ["mixed-rate", "threshold-demo", "lerobot-demo", "scale-1000"])
 def test_example_fleets_load(name: str) -> None:
     """The example fleet files under configs/fleets load and are named after their files."""
     fleet = load_fleet(REPO / "configs" / "fleets" / f"{name}.yaml")
