@@ -45,6 +45,19 @@ def test_simulate_prints_tables_and_writes_the_json_report(
         assert {"id", "starvation", "actions_per_s", "weight"} <= set(robot)
 
 
+def test_simulate_notes_chunk_fraction_robots_that_ask_too_late(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A chunk-fraction fleet whose robots send holding less than a round trip's ticks
+    gets a note after the report naming the group and the threshold that would do."""
+    data = make_fleet_dict(request_mode="chunk-fraction", chunk_size_threshold=0.05)
+    fleet = write_fleet_file(tmp_path, data)
+    assert main(["simulate", "--fleet", str(fleet), "--duration", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "note: robots of group 'arm' send holding at most 0 of their 10 actions" in printed
+    assert "at least 0.10 covers it" in printed
+
+
 def test_simulate_without_bound_leaves_it_null(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -31,7 +31,7 @@ from armory.core.latency_profile import check_profile_name
 from armory.core.stop_signals import wait_for_stop
 from armory.engine.config import ServerConfig
 from armory.eval.command import Eval, EvalError
-from armory.fleet_spec import RequestMode
+from armory.fleet_spec import FleetSpec, RequestMode
 from armory.observe.logs import LogFormat, configure_logging
 from armory.placement.registry import check_placement_name, placement_names
 from armory.policies.config import PolicyConfig, for_server, make_policy
@@ -40,7 +40,7 @@ from armory.report import SimReport
 from armory.scheduling.config import SchedulerConfig
 from armory.scheduling.registry import make_scheduler, rule_descriptions, scheduler_names
 from armory.sim import sweep
-from armory.sim.bound import fleet_bound
+from armory.sim.bound import fleet_bound, short_window_notes
 from armory.sim.fleet_family import write_family
 from armory.sim.multi_gpu import simulate_gpus
 from armory.sim.simulator import SimConfig, simulate
@@ -79,6 +79,13 @@ def _check_seed(seed: int) -> None:
     """Refuse a negative --seed (random generators take none) before anything runs."""
     if seed < 0:
         raise ValueError(f"--seed must be >= 0, got {seed}")
+
+
+def _print_notes(fleet: FleetSpec) -> None:
+    """Print what the fleet file itself sets against any scheduler (chunk-fraction robots
+    whose window is shorter than their round trip)."""
+    for note in short_window_notes(fleet):
+        print(f"\nnote: {note}")
 
 
 def _print_report(
@@ -191,6 +198,7 @@ class Simulate:
             extra = {"placement": multi.placement, "num_moved": multi.num_moved}
             extra["gpus"] = [dataclasses.asdict(g) for g in multi.gpus]
             _print_report(multi.report, self.max_robot_rows, self.json_path, extra)
+            _print_notes(fleet)
             print("\n" + format_gpus(multi))
             if self.explain:
                 print("\n" + format_rules(multi.report, rule_descriptions(multi.report.scheduler)))
@@ -200,6 +208,7 @@ class Simulate:
             system = dataclasses.replace(report.system, bound_starvation=fleet_bound(fleet))
             report = dataclasses.replace(report, system=system)
         _print_report(report, self.max_robot_rows, self.json_path)
+        _print_notes(fleet)
         if self.explain:
             print("\n" + format_rules(report, rule_descriptions(report.scheduler)))
         return 0
@@ -576,6 +585,8 @@ class Fleet:
         except FleetError as exc:
             raise UsageError(str(exc)) from exc
         _print_report(report, self.max_robot_rows, self.json_path)
+        mode = self.request_mode or fleet.request_mode
+        _print_notes(dataclasses.replace(fleet, request_mode=mode))
         if self.explain:
             descriptions = rule_descriptions(report.scheduler)
             print("\n" + format_rules(report, descriptions))
