@@ -32,7 +32,9 @@ robots get 50 ms of lead margin); ``--threshold-margin S`` gives every fleet ano
 margin, so that a change can be judged on clients that ask earlier or later.
 ``--request-mode MODE`` runs every fleet in that mode instead of its own, e.g.
 ``chunk-fraction`` for fleets of LeRobot-like clients (``--chunk-size-threshold``,
-default each fleet's 0.5).
+default each fleet's 0.5); ``--played-out`` makes every robot ask only once its chunk is
+played out (``--request-mode threshold --played-out``: openpi's runtime, which asks when
+its chunk is done and waits for the reply).
 
 ``--explain`` also holds every decision of the default against its base rule alone on
 the same snapshot and prints, summed over the fleets of each request mode, what each
@@ -40,7 +42,7 @@ rule changed (docs/scheduling.md, "What each rule changed"); the results are the
 
     python benchmarks/family.py [--count 200] [--first-seed 1000] [--duration 30]
         [--workers 2] [--cache /tmp/family-cache.json] [--threshold-margin 0.2]
-        [--request-mode chunk-fraction] [--chunk-size-threshold 0.5]
+        [--request-mode chunk-fraction] [--chunk-size-threshold 0.5] [--played-out]
         [--repeats 3] [--json out.json] [--explain]
 """
 
@@ -51,6 +53,7 @@ import dataclasses
 import json
 import time
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -84,29 +87,49 @@ _MEANS = (
 """Results averaged over a fleet's draws."""
 
 
-Clients = tuple[str | None, float | None, float | None]
-"""A fleet's clients as run: request mode, threshold margin and chunk size threshold
-(None: the fleet's own)."""
+@dataclass(frozen=True)
+class Clients:
+    """A fleet's clients as run (each None: the fleet's own)."""
 
+    mode: str | None = None
+    """Request mode."""
+    margin_s: float | None = None
+    """Threshold margin (and directed lead margin)."""
+    chunk_fraction: float | None = None
+    """Chunk size threshold of chunk-fraction clients."""
+    played_out: bool = False
+    """Every robot asks only once its chunk is played out (min execution horizon = max)."""
 
-def _with_clients(fleet: FleetSpec, clients: Clients) -> FleetSpec:
-    """``fleet`` with the clients ``clients`` names (each None keeps the fleet's own)."""
-    mode, margin_s, fraction = clients
-    if mode is not None:
-        fleet = dataclasses.replace(fleet, request_mode=mode)
-    if margin_s is not None:
-        # A threshold client's margin is part of its bound (what it holds when it asks).
-        fleet = dataclasses.replace(fleet, threshold_margin_s=margin_s)
-    if fraction is not None:
-        fleet = dataclasses.replace(fleet, chunk_size_threshold=fraction)
-    return fleet
+    def key(self) -> str:
+        """The part of a cache key these clients add."""
+        margin = "" if self.margin_s is None else f"/margin {self.margin_s:g}"
+        chunk = "" if self.chunk_fraction is None else f"/chunk fraction {self.chunk_fraction:g}"
+        played_out = "/played out" if self.played_out else ""
+        return f"{self.mode or ''}/{{duration}}{margin}{chunk}{played_out}"
+
+    def on(self, fleet: FleetSpec) -> FleetSpec:
+        """``fleet`` with these clients."""
+        if self.mode is not None:
+            fleet = dataclasses.replace(fleet, request_mode=self.mode)
+        if self.margin_s is not None:
+            # A threshold client's margin is part of its bound (what it holds when it asks).
+            fleet = dataclasses.replace(fleet, threshold_margin_s=self.margin_s)
+        if self.chunk_fraction is not None:
+            fleet = dataclasses.replace(fleet, chunk_size_threshold=self.chunk_fraction)
+        if self.played_out:
+            groups = tuple(
+                dataclasses.replace(g, min_execution_horizon=g.max_execution_horizon)
+                for g in fleet.robots
+            )
+            fleet = dataclasses.replace(fleet, robots=groups)
+        return fleet
 
 
 def _run(
     job: tuple[str, int, str, float, Clients, tuple[str, ...], bool, int],
 ) -> dict:
     family, seed, name, duration_s, clients, disabled_rules, explain, draw = job
-    fleet = _with_clients(generate_fleet(family, seed).fleet, clients)
+    fleet = clients.on(generate_fleet(family, seed).fleet)
     sim_seed = seed + draw * DRAW_SEED_STRIDE
     report = simulate(
         fleet,
@@ -149,7 +172,7 @@ def _ratio(schedulers: dict[str, dict]) -> float:
 
 def _bounds(job: tuple[str, int, Clients]) -> tuple[float, bool]:
     family, seed, clients = job
-    fleet = _with_clients(generate_fleet(family, seed).fleet, clients)
+    fleet = clients.on(generate_fleet(family, seed).fleet)
     bound = fleet_bound(fleet)
     return bound, bound == 0.0 and fleet_bound(fleet.with_rates_scaled(1.1)) == 0.0
 
@@ -186,6 +209,12 @@ def main() -> None:
         help="chunk-fraction clients' fraction of a chunk (default: each fleet's)",
     )
     parser.add_argument(
+        "--played-out",
+        action="store_true",
+        help="every robot asks only once its chunk is played out (with --request-mode "
+        "threshold: openpi's own runtime, which asks when its chunk is done and waits)",
+    )
+    parser.add_argument(
         "--repeats",
         type=int,
         default=1,
@@ -206,14 +235,12 @@ def main() -> None:
         cache = json.loads(args.cache.read_text())
 
     margin_s = args.threshold_margin
-    clients: Clients = (args.request_mode, margin_s, args.chunk_size_threshold)
+    clients = Clients(args.request_mode, margin_s, args.chunk_size_threshold, args.played_out)
 
     def key(seed: int, name: str, run_clients: Clients, draw: int = 0) -> str:
-        mode, run_margin_s, fraction = run_clients
-        margin = "" if run_margin_s is None else f"/margin {run_margin_s:g}"
-        chunk = "" if fraction is None else f"/chunk fraction {fraction:g}"
         drawn = f"/draw {draw}" if draw else ""
-        return f"{args.family}/{seed}/{name}/{mode or ''}/{args.duration:g}{margin}{chunk}{drawn}"
+        runs = run_clients.key().format(duration=f"{args.duration:g}")
+        return f"{args.family}/{seed}/{name}/{runs}{drawn}"
 
     draws = range(args.repeats)
 
@@ -221,12 +248,9 @@ def main() -> None:
         return _mean_of_draws([cache[key(seed, name, run_clients, d)] for d in draws])
 
     fleets = {s: generate_fleet(args.family, s) for s in seeds}
-    if args.request_mode is not None or args.chunk_size_threshold is not None:
-        fleets = {
-            s: dataclasses.replace(f, fleet=_with_clients(f.fleet, clients))
-            for s, f in fleets.items()
-        }
-    streaming = (EVERY_TICK, margin_s, args.chunk_size_threshold)
+    if clients != Clients(margin_s=margin_s):
+        fleets = {s: dataclasses.replace(f, fleet=clients.on(f.fleet)) for s, f in fleets.items()}
+    streaming = dataclasses.replace(clients, mode=EVERY_TICK)
     """The clients of a directed fleet's every-tick run."""
     off = tuple(args.disabled_rules)
     jobs = [
