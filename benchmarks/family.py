@@ -100,12 +100,12 @@ class Clients:
     played_out: bool = False
     """Every robot asks only once its chunk is played out (min execution horizon = max)."""
 
-    def key(self) -> str:
-        """The part of a cache key these clients add."""
+    def key(self, duration_s: float) -> str:
+        """The part of a cache key a run of ``duration_s`` with these clients adds."""
         margin = "" if self.margin_s is None else f"/margin {self.margin_s:g}"
         chunk = "" if self.chunk_fraction is None else f"/chunk fraction {self.chunk_fraction:g}"
         played_out = "/played out" if self.played_out else ""
-        return f"{self.mode or ''}/{{duration}}{margin}{chunk}{played_out}"
+        return f"{self.mode or ''}/{duration_s:g}{margin}{chunk}{played_out}"
 
     def on(self, fleet: FleetSpec) -> FleetSpec:
         """``fleet`` with these clients."""
@@ -239,8 +239,7 @@ def main() -> None:
 
     def key(seed: int, name: str, run_clients: Clients, draw: int = 0) -> str:
         drawn = f"/draw {draw}" if draw else ""
-        runs = run_clients.key().format(duration=f"{args.duration:g}")
-        return f"{args.family}/{seed}/{name}/{runs}{drawn}"
+        return f"{args.family}/{seed}/{name}/{run_clients.key(args.duration)}{drawn}"
 
     draws = range(args.repeats)
 

@@ -19,6 +19,9 @@ from armory.engine.queue_mirror import NO_CHUNK, QueueReport
 from armory.fleet_spec import RobotSpec
 
 _TICK_EPS = 1e-9
+_FRACTION_EPS = 1e-9
+"""A chunk's fraction in actions is a float product: within this of a whole number it is
+that number (0.7 of 10 actions holds 7)."""
 
 
 class SimRobot:
@@ -134,17 +137,18 @@ class SimRobot:
         an empty queue, the next tick)."""
         if self.first_land_s is None:
             return self.last_tick + 1
-        left = self.queue_end - self.action_index
-        most = chunk_size_threshold * self.spec.max_execution_horizon
-        return self.last_tick + max(1, math.ceil(left - most - 1e-9))
+        beyond = self._held_beyond(chunk_size_threshold)
+        return self.last_tick + max(1, math.ceil(beyond - _FRACTION_EPS))
 
     def wants_to_send_chunk_fraction(self, chunk_size_threshold: float) -> bool:
         """Chunk-fraction mode, after this tick's action: whether the queue holds at most
         ``chunk_size_threshold`` of a chunk (always before the first chunk)."""
-        if self.first_land_s is None:
-            return True
-        left = self.queue_end - self.action_index
-        return left <= chunk_size_threshold * self.spec.max_execution_horizon + 1e-9
+        return self.first_land_s is None or self._held_beyond(chunk_size_threshold) <= _FRACTION_EPS
+
+    def _held_beyond(self, chunk_size_threshold: float) -> float:
+        """Actions queued beyond ``chunk_size_threshold`` of a chunk (at most 0: within)."""
+        held = self.queue_end - self.action_index
+        return held - chunk_size_threshold * self.spec.max_execution_horizon
 
     def next_directed_send_tick(self, send_index: int | None) -> int:
         """Directed mode: the tick at which the action index reaches the server's
