@@ -229,22 +229,25 @@ def test_groot_door_of_a_running_server_given_with_door_port(tmp_path: Path) -> 
 def test_execution_horizon_and_merge_rule_reach_the_robots(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """--execution-horizon 4 keeps each robot's queue at 4 actions or fewer; the merge rule
-    and horizon are recorded; a horizon beyond the policy's chunk is refused. The progress
-    bar counts the in-process server's forward passes."""
+    """--execution-horizon 4 keeps each robot's queue at 4 actions or fewer; the merge rule,
+    horizon and request mode (chunk-fraction: LeRobot's rule) are recorded; a horizon
+    beyond the policy's chunk is refused. The progress bar counts the in-process server's
+    forward passes."""
     out = tmp_path / "out"
     policy = ["policy:mock", "--policy.image-keys", "--policy.state-key", "observation.state"]
     policy += ["--policy.state-dim", "2", "--policy.action-dim", "2"]
     options = ["--episodes", "1", "--episode-time-s", "1", "--execution-horizon", "4"]
-    options += ["--merge-rule", "weighted_average", "--out", str(out)]
+    options += ["--merge-rule", "weighted_average", "--request-mode", "chunk-fraction"]
+    options += ["--out", str(out)]
     assert main(["eval", "env:pusht", *policy, *options]) == 0
     shown = re.findall(r"batches=(\d+)", capsys.readouterr().err)
     assert shown and int(shown[-1]) > 0
     results = _results(out)
     assert results["run"]["execution_horizon"] == 4
     assert results["run"]["merge_rule"] == "weighted_average"
+    assert results["run"]["request_mode"] == "chunk-fraction"
     (episode,) = results["episodes"]
-    assert 0 < max(episode["queue_trace"]) <= 4
+    assert 0 < max(episode["queue_trace"]) <= 4 and episode["num_requests"] > 0
     too_long = [*policy, "--execution-horizon", "11", "--out", str(tmp_path / "no")]
     assert main(["eval", "env:pusht", *too_long]) == 2
 

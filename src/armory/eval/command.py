@@ -76,8 +76,9 @@ class Eval:
     """HOST:PORT of a running armory serve; None starts one here for the run."""
     serve: ServerConfig = field(default_factory=ServerConfig)
     """Options of the in-process server (scheduler, max batch size, ...)."""
-    request_mode: Literal["directed", "threshold", "every-tick"] = "directed"
-    """How robots ask for chunks: directed, threshold or every-tick."""
+    request_mode: Literal["directed", "threshold", "every-tick", "chunk-fraction"] = "directed"
+    """How robots ask for chunks: directed, threshold, every-tick or chunk-fraction (every
+    tick while half a chunk or less is queued, as LeRobot's async client does)."""
     merge_rule: str = "replace"
     """How a landing chunk joins a robot's queue: replace, weighted_average, latest_only,
     average, conservative, temporal_ensemble or rtc."""
