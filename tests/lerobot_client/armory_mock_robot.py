@@ -10,6 +10,7 @@ every action.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +46,8 @@ class ArmoryMockRobot(Robot):
         self._lock = threading.Lock()
         self.actions: list[list[float]] = []
         """Every action sent, in order (joint values)."""
+        self.action_times_s: list[float] = []
+        """When each action was sent (``time.monotonic``)."""
         self.num_observations = 0
 
     @property
@@ -87,6 +90,7 @@ class ArmoryMockRobot(Robot):
         with self._lock:
             values = [float(action[name]) for name in self.joints]
             self.actions.append(values)
+            self.action_times_s.append(time.monotonic())
             self._position = np.asarray(values)
         return action
 

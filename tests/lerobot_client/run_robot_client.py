@@ -8,8 +8,10 @@ writes a ``logs/`` folder into the working directory):
         --server 127.0.0.1:8080 --seconds 5 --calibration-dir /tmp/calib
 
 The summary: ``actions`` (every action the robot executed, joint values in order),
-``num_observations`` (observations the robot took) and ``started`` (whether the
-client's handshake and policy instructions went through).
+``action_times_s`` (when each was executed, seconds from the start of the control
+loop), ``stopped_s`` (when the control loop was stopped, likewise), ``num_observations``
+(observations the robot took) and ``started`` (whether the client's handshake and
+policy instructions went through).
 """
 
 from __future__ import annotations
@@ -61,7 +63,9 @@ def main() -> int:
         )
         receiver.start()
         control.start()
+        control_start_s = time.monotonic()
         time.sleep(args.seconds)
+        stopped_s = time.monotonic() - control_start_s
         client.stop()
         control.join(10)
         receiver.join(10)
@@ -70,6 +74,8 @@ def main() -> int:
     summary = {
         "started": started,
         "actions": mock.actions,
+        "action_times_s": [t - control_start_s for t in mock.action_times_s] if started else [],
+        "stopped_s": stopped_s if started else 0.0,
         "num_observations": mock.num_observations,
     }
     print(json.dumps(summary), flush=True)
