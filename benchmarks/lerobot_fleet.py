@@ -9,8 +9,10 @@ mock robot at ``--fps`` with ``--actions-per-chunk`` and LeRobot's default
 its control ticks, from its first action to the stop, on which it executed none. Then
 the simulator runs the same fleet in ``chunk-fraction`` mode (``--seeds`` draws):
 robots at ``--fps`` that play ``actions-per-chunk - 1`` actions of each chunk (LeRobot
-numbers a chunk from the observation's own timestep and drops that row), loopback
-links, the same profile, max batch and scheduler. Both starvations are printed, per
+numbers a chunk from the observation's own timestep and drops that row) and send while
+they hold at most half of ``actions-per-chunk`` (LeRobot divides its queue by the
+length of the chunks it received), loopback links, the same profile, max batch and
+scheduler. Both starvations are printed, per
 scheduler, with the simulator's bound.
 
     python benchmarks/lerobot_fleet.py [--robots 3] [--fps 30] [--actions-per-chunk 10]
@@ -45,6 +47,8 @@ REPO = Path(__file__).resolve().parents[1]
 CLIENT = REPO / "tests" / "lerobot_client" / "run_robot_client.py"
 LOOPBACK_S = 0.0005
 """One-way delay the simulated robots get: loopback."""
+CHUNK_SIZE_THRESHOLD = 0.5
+"""LeRobot's default, which the real robots run with."""
 
 
 def lerobot_python() -> str:
@@ -114,12 +118,13 @@ def run_real(args: argparse.Namespace, scheduler: str, python: str) -> list[floa
 def simulated_fleet(args: argparse.Namespace) -> FleetSpec:
     """The same robots as a chunk-fraction fleet file would hold them."""
     link = DelaySpec(median_s=LOOPBACK_S)
+    played = args.actions_per_chunk - 1
     group = RobotGroup(
         name="lerobot",
         count=args.robots,
         control_hz=float(args.fps),
         min_execution_horizon=1,
-        max_execution_horizon=args.actions_per_chunk - 1,
+        max_execution_horizon=played,
         uplink=link,
         downlink=link,
     )
@@ -131,7 +136,9 @@ def simulated_fleet(args: argparse.Namespace) -> FleetSpec:
         latency_profile="linear",
         linear=LinearProfileConfig(intercept_s=args.intercept, slope_s=args.slope),
         request_mode="chunk-fraction",
-        chunk_size_threshold=0.5,
+        # LeRobot's window is half the chunk it receives; the simulated robot plays a row
+        # fewer of it.
+        chunk_size_threshold=min(1.0, CHUNK_SIZE_THRESHOLD * args.actions_per_chunk / played),
     )
 
 
@@ -147,6 +154,8 @@ def main() -> None:
     parser.add_argument("--schedulers", nargs="+", default=["just-in-time", "max-batch"])
     parser.add_argument("--seeds", type=int, default=3)
     args = parser.parse_args()
+    if args.actions_per_chunk < 2:
+        parser.error("--actions-per-chunk must be >= 2 (a robot plays all rows but the first)")
     # The door warns that each robot asks for LeRobot's act and gets the mock: expected here.
     logging.getLogger("armory").setLevel(logging.ERROR)
     python = lerobot_python()
