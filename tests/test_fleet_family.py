@@ -3,6 +3,7 @@ as fleet files."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from pathlib import Path
 
@@ -68,8 +69,19 @@ def test_bad_family_arguments_are_named() -> None:
 
 
 def test_armory_fleets_generate_writes_fleet_files(tmp_path: Path) -> None:
-    """`armory fleets generate` writes fleet files that load back as the generated fleets."""
+    """`armory fleets generate` writes fleet files that load back as the generated fleets;
+    with --request-mode every fleet is in that mode and otherwise the same."""
     assert main(["fleets", "generate", "--out", str(tmp_path), "--count", "2", "--seed", "7"]) == 0
     paths = sorted(tmp_path.glob("*.yaml"))
     assert [p.name for p in paths] == ["mixed-00007.yaml", "mixed-00008.yaml"]
     assert fleet_to_dict(load_fleet(paths[0])) == fleet_to_dict(generate_fleet("mixed", 7).fleet)
+    lerobot = tmp_path / "lerobot"
+    argv = ["fleets", "generate", "--out", str(lerobot), "--count", "2", "--seed", "7"]
+    assert main([*argv, "--request-mode", "chunk-fraction"]) == 0
+    for path in sorted(lerobot.glob("*.yaml")):
+        fleet = load_fleet(path)
+        assert fleet.request_mode == "chunk-fraction"
+        assert "--request-mode chunk-fraction" in path.read_text().splitlines()[0]
+        own = load_fleet(tmp_path / path.name)
+        in_own_mode = dataclasses.replace(fleet, request_mode=own.request_mode)
+        assert fleet_to_dict(in_own_mode) == fleet_to_dict(own)

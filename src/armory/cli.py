@@ -611,10 +611,13 @@ class Fleets:
     count: int = 10
     """Fleets to write, from seeds seed .. seed + count - 1."""
     seed: int = 1000
+    request_mode: RequestMode | None = None
+    """Every fleet in this request mode (e.g. chunk-fraction: LeRobot's clients); default:
+    each fleet's own."""
 
     def run(self) -> int:
         with _usage_errors():
-            paths = write_family(self.family, self.count, self.seed, self.out)
+            paths = write_family(self.family, self.count, self.seed, self.out, self.request_mode)
         print(f"wrote {len(paths)} fleet files to {self.out}")
         return 0
 

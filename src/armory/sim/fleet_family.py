@@ -19,6 +19,7 @@ tuned with: :data:`TRAIN_SEEDS` and :data:`TEST_SEEDS`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -164,18 +165,26 @@ def _latency_points(rng: np.random.Generator) -> dict[int, float]:
     return {1: round(intercept_s + slope_s, 5), 2: round(intercept_s + 2 * slope_s, 5)}
 
 
-def write_family(family: str, count: int, seed: int, out_dir: Path) -> list[Path]:
-    """Write ``count`` fleets of ``family`` from ``seed`` as fleet files into ``out_dir``;
-    each file's first lines say where it came from and its load."""
+def write_family(
+    family: str, count: int, seed: int, out_dir: Path, request_mode: RequestMode | None = None
+) -> list[Path]:
+    """Write ``count`` fleets of ``family`` from ``seed`` as fleet files into ``out_dir``,
+    each in its own request mode or in ``request_mode``; each file's first lines say where
+    it came from and its load."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
+    mode_option = "" if request_mode is None else f" --request-mode {request_mode}"
     for member in generate_family(family, count, seed):
-        path = out_dir / f"{member.fleet.name}.yaml"
+        fleet = member.fleet
+        if request_mode is not None:
+            fleet = dataclasses.replace(fleet, request_mode=request_mode)
+        path = out_dir / f"{fleet.name}.yaml"
         header = (
             f"# Generated: armory fleets generate --family {family} --seed {member.seed} "
-            f"--count 1\n# load {member.load:.3f} (chunks asked per second / most the GPU "
-            f"computes); {'test' if member.seed in TEST_SEEDS else 'training'} seed\n"
+            f"--count 1{mode_option}\n# load {member.load:.3f} (chunks asked per second / "
+            f"most the GPU computes); {'test' if member.seed in TEST_SEEDS else 'training'} "
+            "seed\n"
         )
-        path.write_text(header + yaml.safe_dump(fleet_to_dict(member.fleet), sort_keys=False))
+        path.write_text(header + yaml.safe_dump(fleet_to_dict(fleet), sort_keys=False))
         paths.append(path)
     return paths
