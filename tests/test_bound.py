@@ -497,3 +497,8 @@ def test_chunk_fraction_groups_whose_window_is_shorter_than_a_round_trip_are_nam
     (note,) = short_window_notes(dataclasses.replace(fleet, robots=(late,), chunk_size_threshold=1))
     assert "no chunk_size_threshold covers it" in note
     assert short_window_notes(dataclasses.replace(fleet, request_mode="every-tick")) == []
+    # A threshold that covers it, printed to a hundredth, is rounded up: 1 of 3 actions
+    # needs 0.34 (0.33 of 3 holds none).
+    short = dataclasses.replace(group, max_execution_horizon=3)
+    (note,) = short_window_notes(dataclasses.replace(fleet, robots=(short,)))
+    assert "at least 0.34 covers it" in note

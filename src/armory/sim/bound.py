@@ -106,7 +106,9 @@ def short_window_notes(fleet: FleetSpec) -> list[str]:
         if held >= ticks:
             continue
         if ticks <= horizon - group.min_execution_horizon:
-            fix = f"a chunk_size_threshold of at least {ticks / horizon:.2f} covers it"
+            # Rounded up to the hundredth printed: 0.33 of 3 actions would hold none.
+            least = math.ceil(100.0 * ticks / horizon - 1e-9) / 100.0
+            fix = f"a chunk_size_threshold of at least {least:.2f} covers it"
         else:
             fix = (
                 f"no chunk_size_threshold covers it: its min horizon leaves "
