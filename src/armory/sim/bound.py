@@ -95,11 +95,12 @@ def short_window_notes(fleet: FleetSpec) -> list[str]:
     request modes."""
     if fleet.request_mode != "chunk-fraction":
         return []
-    fastest_s = fleet.profile().latency_s(1) * (1.0 - fleet.latency_jitter)
+    latency_s = fleet.profile().table(fleet.max_batch_size)[1:]
+    fastest_s = fastest_pass_s(latency_s, fleet.latency_jitter)
+    fraction = fleet.chunk_size_threshold
     notes = []
     for group in fleet.robots:
         horizon = group.max_execution_horizon
-        fraction = fleet.chunk_size_threshold
         held = min(math.floor(fraction * horizon + 1e-9), horizon - group.min_execution_horizon)
         round_trip_s = group.uplink.min_s + group.downlink.min_s + fastest_s
         ticks = math.floor(group.control_hz * round_trip_s + 1e-9)
@@ -122,6 +123,12 @@ def short_window_notes(fleet: FleetSpec) -> list[str]:
             f"scheduler, unless it is sent a chunk on every tick; {fix}"
         )
     return notes
+
+
+def fastest_pass_s(latency_s: np.ndarray, latency_jitter: float) -> float:
+    """The shortest forward pass any batch can take: the least of the profile's latencies
+    (``latency_s``, per batch size) at the low end of its relative jitter."""
+    return float(np.min(latency_s)) * (1.0 - latency_jitter)
 
 
 def expected_tick_starvation(fleet: FleetSpec) -> float:
@@ -268,7 +275,7 @@ class RobotClasses:
         between them. So the average is at least ``h`` (docs/scheduling.md, "What a
         threshold client holds").
         """
-        fastest_s = float(latency_s.min()) * (1.0 - latency_jitter)
+        fastest_s = fastest_pass_s(latency_s, latency_jitter)
         ahead = np.floor((self.delay_s + fastest_s + margin_s) * self.control_hz)
         paired = (self.max_execution_horizon - 1.0) / 2.0
         spacing = self.max_execution_horizon - self.min_execution_horizon
