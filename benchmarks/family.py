@@ -300,6 +300,7 @@ def main() -> None:
             if args.chunk_size_threshold is None
             else f", chunk size threshold {args.chunk_size_threshold:g}"
         )
+        + (", every robot asking once its chunk is played out" if args.played_out else "")
         + ("" if args.repeats == 1 else f", means of {args.repeats} draws")
         + "; starvation % / weighted actions per s\n"
     )
