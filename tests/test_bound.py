@@ -19,7 +19,6 @@ from armory.sim.bound import (
     expected_floor,
     expected_tick_starvation,
     fleet_bound,
-    short_window_notes,
     starvation_bound,
 )
 from armory.sim.fleet_family import generate_fleet
@@ -468,37 +467,3 @@ def test_expected_ticks_of_a_single_robot_pay_the_fractional_tick() -> None:
     expected = 1.0 - (20.0 + (2.0 - 1.6) / 0.070) / 2.0 / 20.0
     assert expected_tick_starvation(short) == pytest.approx(expected, abs=1e-6)
     assert fleet_bound(short) < expected_tick_starvation(short)
-
-
-def test_chunk_fraction_groups_whose_window_is_shorter_than_a_round_trip_are_named() -> None:
-    """20 Hz robots with 10-action chunks, 5 ms links, a pass of 0.070 s at least: a round
-    trip holds 1 tick. At 0.05 of a chunk a robot sends holding none (named, with the
-    threshold that covers it, 0.10); at 0.1 it holds one (no note). A min horizon of 10
-    leaves it nothing to hold whatever the threshold. Other modes get no note."""
-    group = RobotGroup(
-        name="arm",
-        count=2,
-        control_hz=20.0,
-        max_execution_horizon=10,
-        uplink=DelaySpec(0.005),
-        downlink=DelaySpec(0.005),
-    )
-    fleet = FleetSpec(
-        robots=(group,),
-        latency_profile="l40s-pi05",
-        request_mode="chunk-fraction",
-        chunk_size_threshold=0.05,
-    )
-    (note,) = short_window_notes(fleet)
-    assert "'arm'" in note and "at most 0 of their 10" in note and "the 1 tick " in note
-    assert "at least 0.10 covers it" in note
-    assert short_window_notes(dataclasses.replace(fleet, chunk_size_threshold=0.1)) == []
-    late = dataclasses.replace(group, min_execution_horizon=10)
-    (note,) = short_window_notes(dataclasses.replace(fleet, robots=(late,), chunk_size_threshold=1))
-    assert "no chunk_size_threshold covers it" in note
-    assert short_window_notes(dataclasses.replace(fleet, request_mode="every-tick")) == []
-    # A threshold that covers it, printed to a hundredth, is rounded up: 1 of 3 actions
-    # needs 0.34 (0.33 of 3 holds none).
-    short = dataclasses.replace(group, max_execution_horizon=3)
-    (note,) = short_window_notes(dataclasses.replace(fleet, robots=(short,)))
-    assert "at least 0.34 covers it" in note

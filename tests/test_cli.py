@@ -58,6 +58,20 @@ def test_simulate_notes_chunk_fraction_robots_that_ask_too_late(
     assert "at least 0.10 covers it" in printed
 
 
+def test_simulate_notes_directed_robots_whose_lead_holds_half_their_chunk(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A directed fleet whose robots are told to send holding half their chunk or more
+    gets a note after the report naming the group and what each chunk adds."""
+    data = make_fleet_dict(request_mode="directed")
+    data["robots"][0].update(control_hz=10.0, max_execution_horizon=3)
+    fleet = write_fleet_file(tmp_path, data)
+    assert main(["simulate", "--fleet", str(fleet), "--duration", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "note: robots of group 'arm', served in full, are told to send holding" in printed
+    assert "each chunk adds at most 1" in printed
+
+
 def test_simulate_without_bound_leaves_it_null(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -40,8 +40,9 @@ from armory.report import SimReport
 from armory.scheduling.config import SchedulerConfig
 from armory.scheduling.registry import make_scheduler, rule_descriptions, scheduler_names
 from armory.sim import sweep
-from armory.sim.bound import fleet_bound, short_window_notes
+from armory.sim.bound import fleet_bound
 from armory.sim.fleet_family import write_family
+from armory.sim.fleet_notes import fleet_notes
 from armory.sim.multi_gpu import simulate_gpus
 from armory.sim.simulator import SimConfig, simulate
 from armory.sim.table import format_gpus, format_report, format_rules, format_sweep
@@ -83,8 +84,9 @@ def _check_seed(seed: int) -> None:
 
 def _print_notes(fleet: FleetSpec) -> None:
     """Print what the fleet file itself sets against any scheduler (chunk-fraction robots
-    whose window is shorter than their round trip)."""
-    for note in short_window_notes(fleet):
+    whose window is shorter than their round trip, directed robots whose lead holds half
+    their chunk or more: :mod:`armory.sim.fleet_notes`)."""
+    for note in fleet_notes(fleet):
         print(f"\nnote: {note}")
 
 

@@ -84,47 +84,6 @@ def fleet_bound(fleet: FleetSpec, num_gpus: int = 1) -> float:
     )
 
 
-def short_window_notes(fleet: FleetSpec) -> list[str]:
-    """For a chunk-fraction fleet, a note on each robot group whose window is shorter than
-    its fastest round trip: it sends holding at most ``x = min(floor(g E), E - k)``
-    actions (``g`` the chunk size threshold, ``k`` its min horizon: the server serves no
-    earlier observation), and no chunk comes back sooner than ``m = floor(f t)`` ticks
-    (``t`` both links and a pass of one at their least). With ``x < m`` each chunk from a
-    window's first observation lands after the robot ran dry, whatever the scheduler,
-    unless chunks come on every tick (each later one adding an action). Empty for other
-    request modes."""
-    if fleet.request_mode != "chunk-fraction":
-        return []
-    latency_s = fleet.profile().table(fleet.max_batch_size)[1:]
-    fastest_s = fastest_pass_s(latency_s, fleet.latency_jitter)
-    fraction = fleet.chunk_size_threshold
-    notes = []
-    for group in fleet.robots:
-        horizon = group.max_execution_horizon
-        held = min(math.floor(fraction * horizon + 1e-9), horizon - group.min_execution_horizon)
-        round_trip_s = group.uplink.min_s + group.downlink.min_s + fastest_s
-        ticks = math.floor(group.control_hz * round_trip_s + 1e-9)
-        if held >= ticks:
-            continue
-        if ticks <= horizon - group.min_execution_horizon:
-            # Rounded up to the hundredth printed: 0.33 of 3 actions would hold none.
-            least = math.ceil(100.0 * ticks / horizon - 1e-9) / 100.0
-            fix = f"a chunk_size_threshold of at least {least:.2f} covers it"
-        else:
-            fix = (
-                f"no chunk_size_threshold covers it: its min horizon leaves "
-                f"{horizon - group.min_execution_horizon}"
-            )
-        notes.append(
-            f"robots of group {group.name!r} send holding at most {held} of their {horizon} "
-            f"actions (chunk_size_threshold {fraction:g}), fewer than the {ticks} "
-            f"tick{'s' if ticks > 1 else ''} their "
-            f"fastest round trip takes: each runs dry before its chunk lands, whatever the "
-            f"scheduler, unless it is sent a chunk on every tick; {fix}"
-        )
-    return notes
-
-
 def fastest_pass_s(latency_s: np.ndarray, latency_jitter: float) -> float:
     """The shortest forward pass any batch can take: the least of the profile's latencies
     (``latency_s``, per batch size) at the low end of its relative jitter."""

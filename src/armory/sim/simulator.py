@@ -26,7 +26,7 @@ from armory.core.latency_profile import LatencyProfile
 from armory.engine.decision_step import DecisionStep
 from armory.engine.queue_mirror import NO_CHUNK, QueueMirror, QueueReport, RobotLimits
 from armory.engine.session import directed_defer_s, directed_lead_s, directed_send_index
-from armory.fleet_spec import STREAMING_MODES, DelaySpec, FleetSpec
+from armory.fleet_spec import STREAMING_MODES, DelaySpec, FleetSpec, RequestMode, RobotSpec
 from armory.report import SimReport, startup_s
 from armory.scheduling.base import Scheduler
 from armory.scheduling.rule_changes import RuleChanges
@@ -98,19 +98,7 @@ class Simulator:
         """The server's decision, as the real-time batch loop takes it."""
         self.mirror = self.step.mirror
         self.server_profile = self.step.profile
-        self._limits = [
-            RobotLimits(
-                control_hz=spec.control_hz,
-                min_execution_horizon=spec.min_execution_horizon,
-                max_execution_horizon=spec.max_execution_horizon,
-                weight=spec.weight,
-                uplink_s=spec.uplink.median_s,
-                downlink_s=spec.downlink.median_s,
-                directed=fleet.request_mode == "directed",
-                streams=fleet.request_mode in STREAMING_MODES,
-            )
-            for spec in specs
-        ]
+        self._limits = [declared_limits(spec, fleet.request_mode) for spec in specs]
         for i, limits in enumerate(self._limits):
             self.mirror.add(i, limits, now_s=0.0)
         self._held_obs_time_s = [0.0] * len(specs)
@@ -332,6 +320,21 @@ class Simulator:
             self.fleet.threshold_margin_s,
             held_share=held_share,
         )
+
+
+def declared_limits(spec: RobotSpec, request_mode: RequestMode) -> RobotLimits:
+    """What a simulated robot declares to the server: its rate, horizons, weight, its
+    links' median delays and how it sends."""
+    return RobotLimits(
+        control_hz=spec.control_hz,
+        min_execution_horizon=spec.min_execution_horizon,
+        max_execution_horizon=spec.max_execution_horizon,
+        weight=spec.weight,
+        uplink_s=spec.uplink.median_s,
+        downlink_s=spec.downlink.median_s,
+        directed=request_mode == "directed",
+        streams=request_mode in STREAMING_MODES,
+    )
 
 
 def simulate(fleet: FleetSpec, scheduler: Scheduler, config: SimConfig | None = None) -> SimReport:
