@@ -31,7 +31,7 @@ from armory.core.latency_profile import check_profile_name
 from armory.core.stop_signals import wait_for_stop
 from armory.engine.config import ServerConfig
 from armory.eval.command import Eval, EvalError
-from armory.fleet_spec import FleetSpec, RequestMode
+from armory.fleet_spec import RequestMode
 from armory.observe.logs import LogFormat, configure_logging
 from armory.placement.registry import check_placement_name, placement_names
 from armory.policies.config import PolicyConfig, for_server, make_policy
@@ -42,7 +42,7 @@ from armory.scheduling.registry import make_scheduler, rule_descriptions, schedu
 from armory.sim import sweep
 from armory.sim.bound import fleet_bound
 from armory.sim.fleet_family import write_family
-from armory.sim.fleet_notes import fleet_notes
+from armory.sim.fleet_notes import fleet_notes, short_window_notes
 from armory.sim.multi_gpu import simulate_gpus
 from armory.sim.simulator import SimConfig, simulate
 from armory.sim.table import format_gpus, format_report, format_rules, format_sweep
@@ -82,11 +82,10 @@ def _check_seed(seed: int) -> None:
         raise ValueError(f"--seed must be >= 0, got {seed}")
 
 
-def _print_notes(fleet: FleetSpec) -> None:
-    """Print what the fleet file itself sets against any scheduler (chunk-fraction robots
-    whose window is shorter than their round trip, directed robots whose lead holds half
-    their chunk or more: :mod:`armory.sim.fleet_notes`)."""
-    for note in fleet_notes(fleet):
+def _print_notes(notes: list[str]) -> None:
+    """Print what the fleet file itself sets against any scheduler
+    (:mod:`armory.sim.fleet_notes`)."""
+    for note in notes:
         print(f"\nnote: {note}")
 
 
@@ -200,7 +199,7 @@ class Simulate:
             extra = {"placement": multi.placement, "num_moved": multi.num_moved}
             extra["gpus"] = [dataclasses.asdict(g) for g in multi.gpus]
             _print_report(multi.report, self.max_robot_rows, self.json_path, extra)
-            _print_notes(fleet)
+            _print_notes(fleet_notes(fleet))
             print("\n" + format_gpus(multi))
             if self.explain:
                 print("\n" + format_rules(multi.report, rule_descriptions(multi.report.scheduler)))
@@ -210,7 +209,7 @@ class Simulate:
             system = dataclasses.replace(report.system, bound_starvation=fleet_bound(fleet))
             report = dataclasses.replace(report, system=system)
         _print_report(report, self.max_robot_rows, self.json_path)
-        _print_notes(fleet)
+        _print_notes(fleet_notes(fleet))
         if self.explain:
             print("\n" + format_rules(report, rule_descriptions(report.scheduler)))
         return 0
@@ -588,7 +587,9 @@ class Fleet:
             raise UsageError(str(exc)) from exc
         _print_report(report, self.max_robot_rows, self.json_path)
         mode = self.request_mode or fleet.request_mode
-        _print_notes(dataclasses.replace(fleet, request_mode=mode))
+        # Directed leads are the server's (its own margin and profile): only what the
+        # fleet file's clients decide is noted here.
+        _print_notes(short_window_notes(dataclasses.replace(fleet, request_mode=mode)))
         if self.explain:
             descriptions = rule_descriptions(report.scheduler)
             print("\n" + format_rules(report, descriptions))

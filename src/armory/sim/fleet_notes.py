@@ -1,5 +1,6 @@
-"""What a fleet file sets against any scheduler, as notes `armory simulate` and
-`armory fleet` print before their reports.
+"""What a fleet file sets against any scheduler, as notes `armory simulate` prints after
+its report (`armory fleet` prints the chunk-fraction ones: a live server's directed lead
+is its own).
 
 - A chunk-fraction robot (LeRobot's rule) whose window is shorter than its fastest round
   trip runs dry before each chunk lands, unless it is sent a chunk on every tick.
