@@ -45,31 +45,48 @@ def test_simulate_prints_tables_and_writes_the_json_report(
         assert {"id", "starvation", "actions_per_s", "weight"} <= set(robot)
 
 
-def test_simulate_notes_chunk_fraction_robots_that_ask_too_late(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("fleet_overrides", "group_overrides", "expected"),
+    [
+        # Chunk-fraction robots that send holding less than a round trip's ticks: the
+        # group and the threshold that would do.
+        (
+            {"request_mode": "chunk-fraction", "chunk_size_threshold": 0.05},
+            {},
+            (
+                "note: robots of group 'arm' send holding at most 0 of their 10 actions",
+                "at least 0.10 covers it",
+            ),
+        ),
+        # Directed robots told to send holding half their chunk or more: the group and
+        # what each chunk adds.
+        (
+            {"request_mode": "directed"},
+            {"control_hz": 10.0, "max_execution_horizon": 3},
+            (
+                "note: robots of group 'arm', served in full, are told to send holding",
+                "each chunk adds at most 1",
+            ),
+        ),
+    ],
+    ids=["chunk-fraction", "directed"],
+)
+def test_simulate_notes_what_the_fleet_file_sets_against_any_scheduler(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    fleet_overrides: dict[str, object],
+    group_overrides: dict[str, object],
+    expected: tuple[str, ...],
 ) -> None:
-    """A chunk-fraction fleet whose robots send holding less than a round trip's ticks
-    gets a note after the report naming the group and the threshold that would do."""
-    data = make_fleet_dict(request_mode="chunk-fraction", chunk_size_threshold=0.05)
+    """A fleet whose own settings cost it whatever the scheduler gets a note after the
+    report naming the group."""
+    data = make_fleet_dict(**fleet_overrides)
+    data["robots"][0].update(group_overrides)
     fleet = write_fleet_file(tmp_path, data)
     assert main(["simulate", "--fleet", str(fleet), "--duration", "2"]) == 0
     printed = capsys.readouterr().out
-    assert "note: robots of group 'arm' send holding at most 0 of their 10 actions" in printed
-    assert "at least 0.10 covers it" in printed
-
-
-def test_simulate_notes_directed_robots_whose_lead_holds_half_their_chunk(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """A directed fleet whose robots are told to send holding half their chunk or more
-    gets a note after the report naming the group and what each chunk adds."""
-    data = make_fleet_dict(request_mode="directed")
-    data["robots"][0].update(control_hz=10.0, max_execution_horizon=3)
-    fleet = write_fleet_file(tmp_path, data)
-    assert main(["simulate", "--fleet", str(fleet), "--duration", "2"]) == 0
-    printed = capsys.readouterr().out
-    assert "note: robots of group 'arm', served in full, are told to send holding" in printed
-    assert "each chunk adds at most 1" in printed
+    for text in expected:
+        assert text in printed
 
 
 def test_simulate_without_bound_leaves_it_null(

@@ -26,7 +26,14 @@ from armory.core.latency_profile import LatencyProfile
 from armory.engine.decision_step import DecisionStep
 from armory.engine.queue_mirror import NO_CHUNK, QueueMirror, QueueReport, RobotLimits
 from armory.engine.session import directed_defer_s, directed_lead_s, directed_send_index
-from armory.fleet_spec import STREAMING_MODES, DelaySpec, FleetSpec, RequestMode, RobotSpec
+from armory.fleet_spec import (
+    STREAMING_MODES,
+    DelaySpec,
+    FleetSpec,
+    RequestMode,
+    RobotGroup,
+    RobotSpec,
+)
 from armory.report import SimReport, startup_s
 from armory.scheduling.base import Scheduler
 from armory.scheduling.rule_changes import RuleChanges
@@ -322,9 +329,9 @@ class Simulator:
         )
 
 
-def declared_limits(spec: RobotSpec, request_mode: RequestMode) -> RobotLimits:
-    """What a simulated robot declares to the server: its rate, horizons, weight, its
-    links' median delays and how it sends."""
+def declared_limits(spec: RobotSpec | RobotGroup, request_mode: RequestMode) -> RobotLimits:
+    """What a simulated robot (``spec``, or any robot of a group) declares to the server:
+    its rate, horizons, weight, its links' median delays and how it sends."""
     return RobotLimits(
         control_hz=spec.control_hz,
         min_execution_horizon=spec.min_execution_horizon,
