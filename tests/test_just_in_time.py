@@ -168,6 +168,18 @@ def test_robots_already_late_go_by_the_ticks_they_lose_per_second() -> None:
     assert JustInTimeScheduler().schedule(one_overdue).robot_ids == (0,)
 
 
+def test_robots_go_by_the_tick_that_would_first_find_their_queues_empty() -> None:
+    """The 5 Hz robot plays its last action at 0.10 s and the 60 Hz one at 0.12 s, but the
+    first tick to find each queue empty comes a period later: 0.30 s and 0.137 s. The 60
+    Hz robot rides first; the 5 Hz robot's chunk (finishing at 0.152 s with the margin)
+    is then late against its deadline, which keeps that period as slack, so nothing
+    waits. By deadline alone the 5 Hz robot would ride first and the 60 Hz one be late."""
+    snapshot = make_snapshot([0.10, 0.12], control_hz=[5.0, 60.0], max_batch_size=1)
+    batch = JustInTimeScheduler().schedule(snapshot)
+    assert batch.robot_ids == (1,)
+    assert batch.rule == "on-time"
+
+
 def overloaded(weight: float | list[float] = 1.0, **overrides: object) -> object:
     """Eight robots at 20 Hz, all dry now: more than the l40s-pi05 GPU serves (six
     would just fit, one at a time)."""

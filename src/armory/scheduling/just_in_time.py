@@ -1,11 +1,12 @@
 """just-in-time: Armory's default scheduler, a few named rules in one decision path.
 
 Within capacity (``on-time``, ``wait``): every robot the server knows
-is ordered by when its next chunk must have finished computing (deadline minus
-downlink, its *due* time), and robots already past it by what they lose per second of
-delay (weight x rate); for each batch size the scheduler plays that order in
+is ordered by the tick that would first find its queue empty (a period after its
+deadline), less its downlink, and robots already past that by what they lose per
+second of delay (weight x rate); for each batch size the scheduler plays that order in
 back-to-back batches, the first of them holding only robots whose observations are in,
-and weighs how late each chunk would finish by what its robot loses per second. The
+and weighs how late each chunk would finish past its *due* time (deadline minus
+downlink: the period kept as slack) by what its robot loses per second. The
 least late size, then the one whose first batch buys the most motion per GPU second,
 is chosen; it starts at once, or at its latest start when that keeps everyone on time,
 so that chunks come from fresh observations and the GPU stays free for others (not
@@ -42,9 +43,9 @@ BASE_RULE = "on-time"
 """The rule every decision falls back to; it cannot be turned off."""
 
 RULES: dict[str, str] = {
-    "on-time": "the first batch of the back-to-back plan (earliest due first, overdue "
-    "robots by weight x rate) of the size that leaves the fleet least late and buys the "
-    "most motion per GPU second",
+    "on-time": "the first batch of the back-to-back plan (the earliest to find its queue "
+    "empty first, robots past that by weight x rate) of the size that leaves the fleet "
+    "least late and buys the most motion per GPU second",
     "wait": "every chunk of the best plan is on time: wait for the plan's latest start "
     "(unless every robot is directed)",
     "fluid-share": "over capacity, every robot streaming: each robot's due time moved by "
@@ -184,15 +185,19 @@ class JustInTimeScheduler(Scheduler):
         now = s.now_s
         # The plan covers every robot the server knows, in due order: robots whose
         # requests are still on their way (threshold and directed clients ask late)
-        # need GPU time too. Only eligible robots can ride the next batch. Robots
-        # already past their due time lose weight x rate per second whatever their
-        # turn, so the plan's weighted lateness is least with the heaviest first.
+        # need GPU time too. Only eligible robots can ride the next batch. The order is
+        # by the tick that would first find each queue empty, a period after its
+        # deadline (the mirror's deadline is the queue's last action); each chunk's
+        # lateness still counts from the deadline, that period kept as slack. Robots
+        # whose first empty tick has passed lose weight x rate per second whatever
+        # their turn, so the plan's weighted lateness is least with the heaviest first.
         due = s.deadline_s - s.downlink_s
         if gap_s is not None:
             due += gap_s
         weight = s.relative_weight()
         value_per_s = weight * s.control_hz
-        rows = np.lexsort((s.contact_order, -value_per_s, np.maximum(due, now)))
+        first_empty = due + 1.0 / s.control_hz
+        rows = np.lexsort((s.contact_order, -value_per_s, np.maximum(first_empty, now)))
         due = due[rows]
         value_per_s = value_per_s[rows]
         in_due_order = s.eligible[rows]
