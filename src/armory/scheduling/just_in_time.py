@@ -183,10 +183,10 @@ class JustInTimeScheduler(Scheduler):
         """The batch of the plan over robots in due order; with ``gap_s`` (fluid-share)
         each due time moved by its robot's dry wait, and no over-capacity rule again."""
         now = s.now_s
-        # The plan covers every robot the server knows, in due order: robots whose
-        # requests are still on their way (threshold and directed clients ask late)
-        # need GPU time too. Only eligible robots can ride the next batch. The order is
-        # by the tick that would first find each queue empty, a period after its
+        # The plan covers every robot the server knows: robots whose requests are
+        # still on their way (threshold and directed clients ask late) need GPU time
+        # too. Only eligible robots can ride the next batch. The order ("due order"
+        # below) is by the tick that would first find each queue empty, a period after its
         # deadline (the mirror's deadline is the queue's last action); each chunk's
         # lateness still counts from the deadline, that period kept as slack. Robots
         # whose first empty tick has passed lose weight x rate per second whatever

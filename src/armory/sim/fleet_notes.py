@@ -78,17 +78,15 @@ def directed_lead_notes(fleet: FleetSpec) -> list[str]:
     if fleet.request_mode != "directed":
         return []
     profile = fleet.profile()
+    margin_s = fleet.threshold_margin_s
     notes = []
     for group in fleet.robots:
         limits = declared_limits(group, fleet.request_mode)
-        lead_s = directed_lead_s(
-            limits, profile, 1.0, fleet.max_batch_size, fleet.threshold_margin_s
-        )
+        lead_s = directed_lead_s(limits, profile, 1.0, fleet.max_batch_size, margin_s)
         horizon = group.max_execution_horizon
         held = horizon - directed_send_index(0, limits, lead_s)
         if 2 * held < horizon:
             continue
-        margin_s = fleet.threshold_margin_s
         notes.append(
             f"robots of group {group.name!r}, served in full, are told to send holding at "
             f"least {held} of their {horizon} actions (links, a forward pass and the "
