@@ -84,7 +84,8 @@ def armory_state(name: str, **fields: Any) -> RobotState:
 
 
 def test_plain_client_is_assumed_waiting_with_an_empty_queue() -> None:
-    """No __armory__ state: 0 actions left, the whole previous chunk executed, defaults."""
+    """No __armory__ state: 0 actions left, the whole previous chunk executed, defaults;
+    such a client asks once its chunk is played out (openpi's and GR00T's runtimes)."""
     session = Session(peer="test")
     defaults = PlainClientDefaults(control_hz=15.0, link_s=0.003)
     first = session.plan(None, received_s=1.0, defaults=defaults, action_horizon=10)
@@ -95,6 +96,7 @@ def test_plain_client_is_assumed_waiting_with_an_empty_queue() -> None:
         max_execution_horizon=10,
         uplink_s=0.003,
         downlink_s=0.003,
+        plays_out=True,
     )
     session.answered(0)
     second = session.plan(None, received_s=2.0, defaults=defaults, action_horizon=10)
@@ -119,6 +121,8 @@ def test_every_tick_clients_stream_and_others_ask_at_their_own_moment() -> None:
     assert not limits(armory_state("a")).streams
     assert not limits(armory_state("a", directed=True)).streams
     assert not limits(None).streams
+    assert limits(None).plays_out
+    assert not limits(armory_state("a")).plays_out
 
 
 def test_armory_link_delay_is_round_trip_less_server_time() -> None:

@@ -366,3 +366,23 @@ def test_a_robot_that_asks_at_its_own_moment_shows_how_far_ahead_it_asks() -> No
     mirror.observe(2, QueueReport(action_index=12, actions_left=3, chunk_start=11), 1.5)
     assert take_snapshot(mirror, 1.5).asks_ahead.tolist() == [6, 3, 0]
     assert take_snapshot(mirror, 1.5).streams.tolist() == [False, False, False]
+
+
+def test_the_mirror_says_which_robots_play_their_chunks_out() -> None:
+    """A robot asks only once its chunk is played out when its minimum execution horizon
+    is its maximum (it may not be served before), or when it says so (the session's model
+    of a plain openpi or GR00T client); a streaming or directed robot asks when the server
+    picks whatever its horizons."""
+    mirror = QueueMirror()
+    mirror.add(1, make_limits(), 0.0)
+    mirror.add(2, make_limits(min_execution_horizon=6, max_execution_horizon=6), 0.0)
+    mirror.add(3, dataclasses.replace(make_limits(), plays_out=True), 0.0)
+    full = make_limits(min_execution_horizon=6, max_execution_horizon=6)
+    mirror.add(4, dataclasses.replace(full, streams=True), 0.0)
+    mirror.add(5, dataclasses.replace(full, directed=True), 0.0)
+    assert take_snapshot(mirror).plays_out.tolist() == [False, True, True, False, False]
+    mirror.update_limits(2, make_limits())
+    mirror.remove(1)
+    snapshot = take_snapshot(mirror)
+    by_robot = dict(zip(snapshot.robot_id.tolist(), snapshot.plays_out.tolist(), strict=True))
+    assert by_robot == {2: False, 3: True, 4: False, 5: False}

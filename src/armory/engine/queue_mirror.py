@@ -56,6 +56,11 @@ class RobotLimits:
     so the server picks the moment each chunk is computed from. A robot that neither
     streams nor is directed asks once per chunk at a moment its own client picks
     (threshold clients; plain openpi, LeRobot and GR00T clients)."""
+    plays_out: bool = False
+    """The robot asks once per chunk, only once it has played the chunk out (how the server
+    models a plain openpi or GR00T client, whose runtime asks for the next chunk when the
+    last is done). A robot whose minimum execution horizon is its maximum, neither
+    streaming nor directed, does so whatever this says."""
 
 
 @dataclass(frozen=True)
@@ -127,7 +132,7 @@ _INT_COLUMNS = (
     "queue_end",
     "report_queue_end",
 )
-_BOOL_COLUMNS = ("active", "has_obs", "directed", "streams")
+_BOOL_COLUMNS = ("active", "has_obs", "directed", "streams", "plays_out")
 
 
 class QueueMirror:
@@ -204,6 +209,9 @@ class QueueMirror:
         self.downlink_s[row] = limits.downlink_s
         self.directed[row] = limits.directed
         self.streams[row] = limits.streams
+        self.plays_out[row] = not (limits.streams or limits.directed) and (
+            limits.plays_out or limits.min_execution_horizon >= limits.max_execution_horizon
+        )
         self.min_execution_horizon[row] = limits.min_execution_horizon
         self.max_execution_horizon[row] = limits.max_execution_horizon
 
@@ -295,6 +303,7 @@ class QueueMirror:
             directed=self.directed[s].copy(),
             asks_ahead=self._asks_ahead(s),
             streams=self.streams[s].copy(),
+            plays_out=self.plays_out[s].copy(),
         )
 
     def _asks_ahead(self, s: slice) -> np.ndarray:

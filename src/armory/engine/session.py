@@ -141,6 +141,7 @@ class Session:
             max_execution_horizon=min(horizon, action_horizon),
             uplink_s=defaults.link_s,
             downlink_s=defaults.link_s,
+            plays_out=True,
         )
         self.limits = limits
         if self.last_chunk_start == NO_CHUNK:

@@ -13,7 +13,8 @@ so that chunks come from fresh observations and the GPU stays free for others (n
 where every robot is directed: their observations come when the server asked).
 
 Over capacity, as the weighted fluid optimum (:mod:`armory.scheduling.fluid_mix`)
-says: with every robot streaming (``fluid-share``), each robot's due time moves by
+says: with every robot streaming (``fluid-share``; directed robots, and robots that ask
+once their chunks are played out, may wait dry too), each robot's due time moves by
 the dry wait that serves it the share of its ticks the optimum serves, and the rule
 above runs on the moved times; otherwise robots are ranked by the weighted actions a
 chunk adds, at batch sizes the optimum uses (``overload``).
@@ -48,8 +49,9 @@ RULES: dict[str, str] = {
     "least late and buys the most motion per GPU second",
     "wait": "every chunk of the best plan is on time: wait for the plan's latest start "
     "(unless every robot is directed)",
-    "fluid-share": "over capacity, every robot streaming: each robot's due time moved by "
-    "the dry wait that serves it the share of ticks the fluid optimum serves",
+    "fluid-share": "over capacity, every robot streaming (or directed, or asking once its "
+    "chunk is played out): each robot's due time moved by the dry wait that serves it the "
+    "share of ticks the fluid optimum serves",
     "overload": "over capacity: robots by the weighted actions a chunk adds, at a batch "
     "size the fluid optimum uses",
 }
@@ -292,6 +294,11 @@ class JustInTimeScheduler(Scheduler):
         held_s = np.where(directed, np.clip(s.deadline_s - s.obs_time_s, 0.0, chunk_s), 0.0)
         waits = (chunk_s - held_s) * (1.0 / np.maximum(share, 1e-6) - 1.0)
         waits_ok = np.full(s.num_robots, bool(streams.all())) | directed
+        # So can a robot that asks only once its chunk is played out, for the observation
+        # it sent dry: unlike a threshold client it does not ask earlier for the wait (a
+        # round-trip estimate would count the wait in, and spiral).
+        if s.plays_out is not None:
+            waits_ok |= s.plays_out & (s.deadline_s <= s.obs_time_s + 1e-9)
         return np.where((share >= _IN_FULL) | ~waits_ok, 0.0, np.minimum(waits, _NEVER_S))
 
     def held_shares(self, snapshot: Snapshot) -> np.ndarray:

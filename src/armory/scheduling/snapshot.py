@@ -51,6 +51,11 @@ class Snapshot:
     once its queue runs short (every-tick clients; LeRobot's, which send on every tick
     while they hold at most a fraction of a chunk), so a fresh one will be there when it
     is served; None: not declared (a scheduler may judge by the observation's age)."""
+    plays_out: np.ndarray | None = None
+    """bool: the robot asks once per chunk and only once it has played the chunk out (its
+    minimum execution horizon is its maximum, as openpi's action-chunk runtime asks): its
+    observations are taken with its queue dry, and a reply that waits does not make its
+    client ask earlier; None: no robot does."""
 
     @property
     def num_robots(self) -> int:
