@@ -53,9 +53,9 @@ class Snapshot:
     is served; None: not declared (a scheduler may judge by the observation's age)."""
     plays_out: np.ndarray | None = None
     """bool: the robot asks once per chunk and only once it has played the chunk out (its
-    minimum execution horizon is its maximum, as openpi's action-chunk runtime asks): its
-    observations are taken with its queue dry, and a reply that waits does not make its
-    client ask earlier; None: no robot does."""
+    minimum execution horizon is its maximum, or it is a plain openpi or GR00T client,
+    whose runtime asks so): its observations are taken with its queue dry, and a reply
+    that waits does not make its client ask earlier; None: no robot does."""
 
     @property
     def num_robots(self) -> int:
