@@ -17,6 +17,7 @@ import pytest
 from server_harness import expected_actions, make_mock, running_server
 from tls_certs import write_test_certificates
 
+from armory.core.latency_profile import LinearProfileConfig
 from armory.policies.base import conform_observation
 from armory.serve import ServerThread
 
@@ -141,3 +142,58 @@ def test_unmodified_openpi_client_over_wss(tmp_path: Path) -> None:
     for actions in result["actions"]:
         np.testing.assert_array_equal(np.asarray(actions, dtype=np.float32), expected)
     assert stats.num_replies == 2
+
+
+# Robots that run openpi's own ActionChunkBroker: each asks for a chunk only once it has
+# played the last one out, at 20 Hz, for the seconds given.
+_BROKER_SCRIPT = """
+import sys, threading, time
+import numpy as np
+from openpi_client import action_chunk_broker, websocket_client_policy
+
+port, key, num_robots, seconds = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+obs = {
+    "observation/image": np.zeros((224, 224, 3), np.uint8),
+    "observation/wrist_image": np.zeros((224, 224, 3), np.uint8),
+    "observation/state": np.zeros(8),
+    "prompt": "pick up the fork",
+}
+
+def robot():
+    policy = websocket_client_policy.WebsocketClientPolicy(
+        host="127.0.0.1", port=port, api_key=key
+    )
+    broker = action_chunk_broker.ActionChunkBroker(policy, action_horizon=10)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        broker.infer(obs)
+        time.sleep(0.05)
+
+threads = [threading.Thread(target=robot) for _ in range(num_robots)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+"""
+
+
+@needs_openpi_client
+def test_unmodified_openpi_runtimes_over_capacity_wait_dry_as_the_optimum_shares() -> None:
+    """Eight robots on openpi's ActionChunkBroker (a chunk of 10 asked for once the last
+    is played out, 20 Hz: 16 chunks a second) share a GPU that computes about 13 (pairs
+    in 0.15 s). Such a robot's observation is taken dry and its runtime cannot ask
+    earlier, so over capacity the default serves it the fluid optimum's share by a dry
+    wait (`fluid-share`) rather than ranking the robots by what a chunk adds."""
+    policy = make_mock(linear=LinearProfileConfig(intercept_s=0.05, slope_s=0.05))
+    with running_server(policy, api_key="upstream-key", max_batch_size=2) as server:
+        done = subprocess.run(
+            [str(OPENPI_PYTHON), "-c", _BROKER_SCRIPT, str(server.port), "upstream-key", "8", "4"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        stats = server.stats()
+    assert done.returncode == 0, done.stderr
+    assert stats.num_errors == 0
+    assert stats.decisions_by_rule.get("fluid-share", 0) > 0
+    assert stats.decisions_by_rule.get("overload", 0) == 0
