@@ -28,7 +28,8 @@ from armory.sim.simulator import SimConfig, simulate
 @st.composite
 def snapshots(draw: st.DrawFn) -> Snapshot:
     """A fleet of 1-40 robots at mixed rates, horizons, weights and links, some dry and
-    some with stale observations, on a linear latency table."""
+    some with stale observations, some (or none) that play their chunks out, on a linear
+    latency table."""
     n = draw(st.integers(1, 40))
     max_batch = draw(st.integers(1, 12))
     now_s = 10.0
@@ -55,6 +56,7 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
         downlink_s=per_robot(st.floats(0.0, 0.15)),
         latency_table_s=table,
         max_batch_size=max_batch,
+        plays_out=per_robot(st.booleans()) if draw(st.booleans()) else None,
     )
 
 
@@ -95,7 +97,8 @@ def test_just_in_time_decides_alike_in_any_robot_order_and_at_any_scale_of_weigh
     """The default's decision is a function of the fleet, not of the order its robots are
     listed in, and weights are relative: every weight scaled by a power of two (exact in
     floating point) from 2^-20 to 2^20 gives the same decision, over capacity too, some
-    robots asking ahead, directed or streaming. (Scaled weights once changed decisions:
+    robots asking ahead, directed, streaming or playing their chunks out. (Scaled weights
+    once changed decisions:
     the fluid program counted the GPU against absolute weights, and sums were rounded in
     absolute units.)"""
     n = snapshot.num_robots
@@ -111,7 +114,7 @@ def test_just_in_time_decides_alike_in_any_robot_order_and_at_any_scale_of_weigh
     order = np.array(data.draw(st.permutations(range(n))), dtype=np.int64)
     columns = {name: getattr(base, name)[order] for name in _PER_ROBOT}
     columns["weight"] = columns["weight"] * 2.0 ** data.draw(st.integers(-20, 20))
-    for name in ("asks_ahead", "directed", "streams"):
+    for name in ("asks_ahead", "directed", "streams", "plays_out"):
         if getattr(base, name) is not None:
             columns[name] = getattr(base, name)[order]
     moved = dataclasses.replace(base, **columns)
