@@ -98,9 +98,8 @@ def test_just_in_time_decides_alike_in_any_robot_order_and_at_any_scale_of_weigh
     listed in, and weights are relative: every weight scaled by a power of two (exact in
     floating point) from 2^-20 to 2^20 gives the same decision, over capacity too, some
     robots asking ahead, directed, streaming or playing their chunks out. (Scaled weights
-    once changed decisions:
-    the fluid program counted the GPU against absolute weights, and sums were rounded in
-    absolute units.)"""
+    once changed decisions: the fluid program counted the GPU against absolute weights,
+    and sums were rounded in absolute units.)"""
     n = snapshot.num_robots
     asks = data.draw(st.none() | st.lists(st.integers(0, 10), min_size=n, max_size=n))
     directed = data.draw(st.none() | st.lists(st.booleans(), min_size=n, max_size=n))
