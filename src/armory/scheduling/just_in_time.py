@@ -291,14 +291,15 @@ class JustInTimeScheduler(Scheduler):
         # nothing), and what it held is lost to each chunk alike. (A threshold client
         # would count the wait into its round trip and ask earlier.)
         directed = _directed(s)
-        held_s = np.where(directed, np.clip(s.deadline_s - s.obs_time_s, 0.0, chunk_s), 0.0)
+        held_at_obs_s = np.clip(s.deadline_s - s.obs_time_s, 0.0, chunk_s)
+        held_s = np.where(directed, held_at_obs_s, 0.0)
         waits = (chunk_s - held_s) * (1.0 / np.maximum(share, 1e-6) - 1.0)
         waits_ok = np.full(s.num_robots, bool(streams.all())) | directed
         # So can a robot that asks only once its chunk is played out, for the observation
         # it sent dry: unlike a threshold client it does not ask earlier for the wait (a
         # round-trip estimate would count the wait in, and spiral).
         if s.plays_out is not None:
-            waits_ok |= s.plays_out & (s.deadline_s <= s.obs_time_s + 1e-9)
+            waits_ok |= s.plays_out & (held_at_obs_s == 0.0)
         return np.where((share >= _IN_FULL) | ~waits_ok, 0.0, np.minimum(waits, _NEVER_S))
 
     def held_shares(self, snapshot: Snapshot) -> np.ndarray:
