@@ -177,6 +177,40 @@ def _bounds(job: tuple[str, int, Clients]) -> tuple[float, bool]:
     return bound, bound == 0.0 and fleet_bound(fleet.with_rates_scaled(1.1)) == 0.0
 
 
+def _print_directed_against_every_tick(
+    rows: list[dict], bands: tuple[tuple[str, float, float], ...]
+) -> None:
+    """What directed mode costs the default against the same robots streaming every tick,
+    by load: mean starvation each way, the gap (mean and median), the fleets within 1 pp,
+    observations sent per chunk each way, and the best other scheduler's directed run."""
+    directed = [r for r in rows if "every_tick" in r]
+    if not directed:
+        return
+    print(
+        f"\n{OURS}, directed fleets against the same robots streaming every tick (fleets, "
+        "starvation directed / every-tick, gap mean (median) pp, within 1 pp, observations "
+        "a chunk directed / every-tick, best other directed):"
+    )
+    for label, lo, hi in (*bands, ("all", 0.0, 9.9)):
+        picked = [r for r in directed if lo <= r["load"] < hi]
+        if not picked:
+            continue
+        ours = np.array([100 * r["schedulers"][OURS]["starvation"] for r in picked])
+        tick = np.array([100 * r["every_tick"]["starvation"] for r in picked])
+        best_other = [
+            min(100 * v["starvation"] for n, v in r["schedulers"].items() if n != OURS)
+            for r in picked
+        ]
+        obs = np.mean([r["schedulers"][OURS]["obs_per_chunk"] for r in picked])
+        tick_obs = np.mean([r["every_tick"]["obs_per_chunk"] for r in picked])
+        gap = ours - tick
+        print(
+            f"  {label:10s} {len(picked):3d}  {ours.mean():5.1f}% / {tick.mean():5.1f}%  "
+            f"{gap.mean():4.1f} ({np.median(gap):4.1f})  {int(np.sum(gap <= 1.0)):3d}  "
+            f"{obs:5.2f} / {tick_obs:5.1f}  {np.mean(best_other):5.1f}%"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--family", default="mixed")
@@ -371,6 +405,7 @@ def main() -> None:
             else:
                 misses["ZERO"].append(fleet.name)
                 goals.append("zero-miss")
+        tick = None
         if fleet.request_mode == "directed":
             counts["directed"] += 1
             tick = result(s, OURS, streaming)
@@ -400,6 +435,7 @@ def main() -> None:
                 "bound_starvation": bound,
                 "zero_required": zero_required,
                 "schedulers": res,
+                **({} if tick is None else {"every_tick": tick}),
             }
         )
     n = counts["fleets"]
@@ -424,6 +460,7 @@ def main() -> None:
             mean = f"{np.mean(ratios):.3f}" if ratios else "  -  "
             cells.append(f"{label}: {len(picked):3d} {ok:3d} {mean}")
         print(f"  {mode:14s}  " + "   ".join(cells))
+    _print_directed_against_every_tick(rows, bands)
     sizes = np.array(decision_us)
     for lo, hi in ((2, 16), (17, 64), (65, 256)):
         sel = (sizes[:, 0] >= lo) & (sizes[:, 0] <= hi)
