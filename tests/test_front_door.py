@@ -37,6 +37,7 @@ from armory.core.latency_profile import LinearProfileConfig
 from armory.engine.config import ServerConfig
 from armory.fleet import FleetOptions, run_fleet
 from armory.placement.base import ReplicaProfile, RobotDemand
+from armory.placement.fluid_load import replica_load
 from armory.placement.query import robot_demand
 from armory.placement.registry import make_placement
 from armory.serve import ArmoryServer
@@ -108,6 +109,22 @@ def test_redirect_place_and_listing() -> None:
     assert door.answer("/?robot=a", None)[2] == "ws://127.0.0.1:9000"  # kept
     listing = json.loads(door.answer("/replicas", None)[1])
     assert [entry["num_robots"] for entry in listing] == [1, 1]
+
+
+def test_listing_gives_each_replica_its_fluid_load() -> None:
+    """/replicas says how loaded each replica's GPU is by the robots placed there: 0 for
+    none, the fluid load of its robots' demands otherwise, more for more robots alike."""
+    door = _door()
+    assert [entry["load"] for entry in json.loads(door.answer("/replicas", None)[1])] == [0, 0]
+    query = "control_hz=30&max_execution_horizon=10&round_trip_s=0.02"
+    for name in ("a", "b", "c"):
+        door.answer(f"/?robot={name}&{query}", None)
+    listing = json.loads(door.answer("/replicas", None)[1])
+    demand = door.placement.demand_of("a")
+    assert [entry["num_robots"] for entry in listing] == [2, 1]
+    loads = [entry["load"] for entry in listing]
+    assert loads == [round(replica_load([demand] * n, GPU), 4) for n in (2, 1)]
+    assert loads[0] > loads[1] > 0.0
 
 
 def test_errors_go_to_the_one_robot_concerned() -> None:
