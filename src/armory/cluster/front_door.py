@@ -38,7 +38,6 @@ from armory.cluster.health import ReplicaPresence
 from armory.cluster.placement_request import PlacementRequest, parse_placement_request
 from armory.cluster.replica_table import ReplicaAddress, ReplicaTable
 from armory.placement.base import NoReplicaError, Placement, ReplicaProfile, RobotDemand
-from armory.placement.fluid_load import replica_load
 from armory.server_stats import REPLICAS_PATH
 from armory.transports import http
 from armory.transports.tickets import DEFAULT_TICKET_TTL_S, MAX_TICKET_TTL_S, ticket_query
@@ -249,14 +248,13 @@ class FrontDoor:
         """Each slot: its replica's doors, the robots placed there and their fluid load
         on its GPU (:mod:`armory.placement.fluid_load`; below 1, ``1 - load`` is headroom),
         whatever the placement policy."""
-        placement = self.placement
         return [
             {
                 "slot": slot,
                 "replica_id": held.replica_id if held else None,
                 "doors": held.door_addresses() if held else {},
-                "num_robots": len(placement.members(slot)),
-                "load": round(replica_load(placement.demands(slot), placement.profiles[slot]), 4),
+                "num_robots": len(self.placement.members(slot)),
+                "load": round(self.placement.load(slot), 4),
             }
             for slot, held in enumerate(self.table.slots)
         ]

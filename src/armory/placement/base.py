@@ -23,6 +23,8 @@ from armory_client.wire.queue_state import (
     MAX_WEIGHT,
 )
 
+from armory.placement.fluid_load import replica_load
+
 
 @dataclass(frozen=True)
 class RobotDemand:
@@ -133,6 +135,11 @@ class Placement(ABC):
 
     def demands(self, replica: int) -> list[RobotDemand]:
         return [self._demand[r] for r in self.members(replica)]
+
+    def load(self, replica: int, extra: Sequence[RobotDemand] = ()) -> float:
+        """The replica's fluid load with ``extra`` robots added (:mod:`fluid_load`; below 1,
+        ``1 - load`` is its headroom), whatever the policy."""
+        return replica_load([*self.demands(replica), *extra], self.profiles[replica])
 
     def place(self, robot_id: str, demand: RobotDemand) -> int:
         """Place a robot (again, if it was placed) and return its replica."""

@@ -25,10 +25,6 @@ class FluidPlacement(Placement):
 
     name = "fluid"
 
-    def load(self, replica: int, extra: Sequence[RobotDemand] = ()) -> float:
-        """The replica's fluid load with ``extra`` robots added (:mod:`fluid_load`)."""
-        return replica_load([*self.demands(replica), *extra], self.profiles[replica])
-
     def choose(self, demand: RobotDemand, candidates: Sequence[int]) -> int:
         loads = {k: self.load(k, [demand]) for k in candidates}
         least = min(loads.values())

@@ -16,12 +16,15 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import astuple
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from armory.placement.base import ReplicaProfile, RobotDemand
 from armory.scheduling.fluid import solve_fluid
 from armory.scheduling.fluid_mix import GPU_COST
+
+if TYPE_CHECKING:  # the placement interface computes loads with this module
+    from armory.placement.base import ReplicaProfile, RobotDemand
 
 _MEMO_SIZE = 65_536
 
