@@ -19,8 +19,11 @@ table's precision). Per fleet:
 
 then the summary: the fleets where each placement holds at least ``0.95 K n1``
 (SCALE), and the mixed fleets (more than one robot type) where fluid starves fewer
-ticks than both random and round-robin (fleets where all starve none counted apart),
-and each placement's starved ticks summed over the mixed fleets. Fleets where one
+ticks than both random and round-robin (fleets where all starve none counted apart);
+with ``--repeats`` above one, the same judged draw by draw, where the paired differences'
+one-sided 95% interval tells (:func:`paired_verdict`: fewer than both, more than either,
+or within the draws' noise); and each placement's starved ticks summed over the mixed
+fleets. Fleets where one
 GPU holds fewer than 2 robots or more than ``--max-n1`` are skipped (listed).
 
     python benchmarks/placement.py [--count 12] [--first-seed 1000] [--seeds S ...] [--duration 10]
@@ -143,7 +146,29 @@ def _k_gpus(job: tuple[int, int, int, str, float, float, int, int]) -> dict:
         "starved_ticks": {
             str(f): sum(run(f, r).num_starved_ticks for r in range(repeats)) for f in EDGE
         },
+        "starved_ticks_draws": {
+            str(f): [run(f, r).num_starved_ticks for r in range(repeats)] for f in EDGE
+        },
     }
+
+
+T_95 = {2: 6.314, 3: 2.920, 4: 2.353, 5: 2.132, 6: 2.015, 7: 1.943, 8: 1.895, 9: 1.860}
+"""One-sided 95% Student t quantiles by number of draws (n - 1 degrees of freedom);
+1.645 (the normal's) from ten draws on, slightly generous."""
+
+
+def paired_verdict(fluid: list[int], base: list[int]) -> int:
+    """-1 where fluid starves fewer ticks than ``base`` beyond the draws' noise, +1 where
+    it starves more, 0 where the draws cannot tell: the mean of the paired differences
+    (draw r of both runs simulates the same seed: arrival order and link draws) against
+    its one-sided 95% interval. A single draw, or draws that all agree exactly, decide
+    by the sign alone."""
+    diff = np.asarray(fluid, dtype=np.float64) - np.asarray(base, dtype=np.float64)
+    mean = float(diff.mean())
+    if diff.size < 2 or not diff.std() > 0:
+        return int(np.sign(mean))
+    half = T_95.get(diff.size, 1.645) * float(diff.std(ddof=1)) / math.sqrt(diff.size)
+    return -1 if mean + half < 0 else 1 if mean - half > 0 else 0
 
 
 def n1_draws(args: argparse.Namespace) -> int:
@@ -256,6 +281,25 @@ def main() -> None:
                 f"  mixed fleets at {f} K n1: fluid starves fewer ticks than random and "
                 f"round-robin on {fewer}/{len(mixed) - zero} (ties {tied}; all zero on {zero})"
             )
+            if args.repeats > 1:
+                verdicts = [
+                    [
+                        paired_verdict(
+                            by[s, k, "fluid"]["starved_ticks_draws"][str(f)],
+                            by[s, k, b]["starved_ticks_draws"][str(f)],
+                        )
+                        for b in ("random", "round-robin")
+                    ]
+                    for s in mixed
+                ]
+                better = sum(v == [-1, -1] for v in verdicts)
+                worse = [s for s, v in zip(mixed, verdicts, strict=True) if 1 in v]
+                summary[f"paired_{k}_{f}"] = (better, worse, len(mixed))
+                print(
+                    f"    by the paired draws (one-sided 95%): fewer than both on {better}/"
+                    f"{len(mixed)}, more than either on {len(worse)} {worse}, the rest "
+                    "within the draws' noise"
+                )
             totals = {
                 p: sum(by[s, k, p]["starved_ticks"][str(f)] for s in mixed) for p in PLACEMENTS
             }
