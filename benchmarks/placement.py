@@ -42,6 +42,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
+from scipy.stats import t as student_t
 
 from armory.fleet_spec import FleetSpec
 from armory.scheduling.config import SchedulerConfig
@@ -137,24 +138,16 @@ def _k_gpus(job: tuple[int, int, int, str, float, float, int, int]) -> dict:
         return float(np.mean(draws)) <= zero
 
     held = next((f for f in GRID if holds(f)), 0.0)
+    draws = {str(f): [run(f, r).num_starved_ticks for r in range(repeats)] for f in EDGE}
     return {
         "seed": seed,
         "gpus": gpus,
         "placement": placement,
         "held_fraction": held,
         "held": round(held * gpus * n1),
-        "starved_ticks": {
-            str(f): sum(run(f, r).num_starved_ticks for r in range(repeats)) for f in EDGE
-        },
-        "starved_ticks_draws": {
-            str(f): [run(f, r).num_starved_ticks for r in range(repeats)] for f in EDGE
-        },
+        "starved_ticks": {f: sum(ticks) for f, ticks in draws.items()},
+        "starved_ticks_draws": draws,
     }
-
-
-T_95 = {2: 6.314, 3: 2.920, 4: 2.353, 5: 2.132, 6: 2.015, 7: 1.943, 8: 1.895, 9: 1.860}
-"""One-sided 95% Student t quantiles by number of draws (n - 1 degrees of freedom);
-1.645 (the normal's) from ten draws on, slightly generous."""
 
 
 def paired_verdict(fluid: list[int], base: list[int]) -> int:
@@ -167,7 +160,8 @@ def paired_verdict(fluid: list[int], base: list[int]) -> int:
     mean = float(diff.mean())
     if diff.size < 2 or not diff.std() > 0:
         return int(np.sign(mean))
-    half = T_95.get(diff.size, 1.645) * float(diff.std(ddof=1)) / math.sqrt(diff.size)
+    quantile = float(student_t.ppf(0.95, diff.size - 1))
+    half = quantile * float(diff.std(ddof=1)) / math.sqrt(diff.size)
     return -1 if mean + half < 0 else 1 if mean - half > 0 else 0
 
 
