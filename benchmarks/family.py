@@ -51,6 +51,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -191,7 +192,7 @@ def _print_directed_against_every_tick(
         "starvation directed / every-tick, gap mean (median) pp, within 1 pp, observations "
         "a chunk directed / every-tick, best other directed):"
     )
-    for label, lo, hi in (*bands, ("all", 0.0, 9.9)):
+    for label, lo, hi in (*bands, ("all", 0.0, math.inf)):
         picked = [r for r in directed if lo <= r["load"] < hi]
         if not picked:
             continue
@@ -449,7 +450,7 @@ def main() -> None:
         f"{counts['DIRECTED']}/{counts['directed']}. ({elapsed:.0f} s wall)"
     )
     print("\nby request mode and load (fleets, >= 0.99x the best other, mean ratio):")
-    bands = (("load < 0.8", 0.0, 0.8), ("0.8-1.1", 0.8, 1.1), ("> 1.1", 1.1, 9.9))
+    bands = (("load < 0.8", 0.0, 0.8), ("0.8-1.1", 0.8, 1.1), ("> 1.1", 1.1, math.inf))
     present = [m for m in REQUEST_MODES if any(r["request_mode"] == m for r in rows)]
     for mode in present:
         cells = []
