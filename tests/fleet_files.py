@@ -1,10 +1,13 @@
-"""Fleet-file factories for the CLI, sweep, fleet-file and fleet-runner tests."""
+"""Fleet-file factories for the CLI, sweep, fleet-file and fleet-runner tests, and the
+repository's scripts (fleet generators, benchmarks) loaded as modules."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import yaml
@@ -13,6 +16,17 @@ from server_harness import FAST_LINEAR
 from armory.fleet_spec import FleetSpec, fleet_from_dict
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def load_script(relative_path: str) -> ModuleType:
+    """A script of the repository (``scripts/...``, ``benchmarks/...``: not an installed
+    module), loaded as a module."""
+    path = REPO / relative_path
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def make_fleet_dict(name: str = "tiny", num_robots: int = 2, **overrides: Any) -> dict[str, Any]:

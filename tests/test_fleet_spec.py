@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 import pytest
-from fleet_files import REPO, make_fleet_dict, write_fleet_file
+from fleet_files import REPO, load_script, make_fleet_dict, write_fleet_file
 
 from armory.fleet_spec import (
     DelaySpec,
@@ -113,20 +111,11 @@ def test_invalid_values_fail_with_a_clear_message(
     assert str(path) in str(info.value)
 
 
-def load_paper_grid_script() -> ModuleType:
-    """scripts/paper_grid.py, the generator of configs/fleets/paper (not an installed module)."""
-    spec = importlib.util.spec_from_file_location("paper_grid", REPO / "scripts" / "paper_grid.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_shipped_paper_files_match_the_paper_grid() -> None:
     """configs/fleets/paper holds exactly the script's grid, one file per fleet, unchanged."""
     directory = REPO / "configs" / "fleets" / "paper"
     files = {path.stem: path for path in directory.glob("*.yaml")}
-    grid = {fleet.name: fleet for fleet in load_paper_grid_script().paper_grid()}
+    grid = {fleet.name: fleet for fleet in load_script("scripts/paper_grid.py").paper_grid()}
     assert sorted(files) == sorted(grid)
     for name, fleet in grid.items():
         assert load_fleet(files[name]) == fleet, name

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from fleet_files import make_fleet_dict, write_fleet_file
+from fleet_files import load_script, make_fleet_dict, write_fleet_file
 
 from armory.cli import main
 from armory.fleet_spec import FleetSpec, RobotGroup
@@ -230,3 +230,18 @@ def test_simulate_cli_refuses_bad_gpus_and_placement(capsys: pytest.CaptureFixtu
     assert "--gpus must be >= 1" in capsys.readouterr().err
     assert main(["simulate", "--fleet", "x.yaml", "--placement", "nearest"]) == 2
     assert "valid names: random" in capsys.readouterr().err
+
+
+def test_paired_verdict_tells_a_steady_difference_from_the_draws_noise() -> None:
+    """The placement benchmark's draw-by-draw verdict: -1 where fluid starves fewer ticks
+    on paired draws beyond a one-sided 95% interval, +1 where more, 0 where the draws
+    cannot tell; a single draw or differences all alike decide by their sign."""
+    verdict = load_script("benchmarks/placement.py").paired_verdict
+    base = [10, 12, 8, 15, 11, 9]
+    assert verdict(base, base) == 0
+    assert verdict([b - 3 for b in base], base) == -1
+    assert verdict([b - d for b, d in zip(base, (3, 4, 2, 3, 5, 2), strict=True)], base) == -1
+    assert verdict([b + d for b, d in zip(base, (3, 4, 2, 3, 5, 2), strict=True)], base) == 1
+    # A mean difference of 1 tick against a spread of 10 either way: noise.
+    assert verdict([b + d for b, d in zip(base, (10, -9, 11, -10, 9, -5), strict=True)], base) == 0
+    assert verdict([3], [5]) == -1 and verdict([5], [3]) == 1 and verdict([4], [4]) == 0
