@@ -36,6 +36,10 @@ default each fleet's 0.5); ``--played-out`` makes every robot ask only once its 
 played out (``--request-mode threshold --played-out``: openpi's runtime, which asks when
 its chunk is done and waits for the reply).
 
+``--set NAME=VALUE`` (repeatable) runs the default with one of its numeric constants
+changed (:data:`SCHEDULER_CONSTANTS`, :data:`PROGRAM_CONSTANTS`); family_ablation.py
+``--constants`` sweeps them.
+
 ``--explain`` also holds every decision of the default against its base rule alone on
 the same snapshot and prints, summed over the fleets of each request mode, what each
 rule changed (docs/scheduling.md, "What each rule changed"); the results are the same.
@@ -43,7 +47,7 @@ rule changed (docs/scheduling.md, "What each rule changed"); the results are the
     python benchmarks/family.py [--count 200] [--first-seed 1000] [--duration 30]
         [--workers 2] [--cache /tmp/family-cache.json] [--threshold-margin 0.2]
         [--request-mode chunk-fraction] [--chunk-size-threshold 0.5] [--played-out]
-        [--repeats 3] [--json out.json] [--explain]
+        [--repeats 3] [--json out.json] [--explain] [--set margin_s=0.008]
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ from pathlib import Path
 import numpy as np
 
 from armory.fleet_spec import REQUEST_MODES, FleetSpec
+from armory.scheduling import fluid_mix, just_in_time
 from armory.scheduling.config import SchedulerConfig
 from armory.scheduling.just_in_time import BASE_RULE
 from armory.scheduling.registry import make_scheduler, scheduler_names
@@ -86,6 +91,21 @@ _MEANS = (
     "num_decisions",
 )
 """Results averaged over a fleet's draws."""
+SCHEDULER_CONSTANTS = ("margin_s", "margin_ticks", "overload_actions")
+"""The default's numeric options (:class:`JustInTimeScheduler` attributes) ``--set`` takes."""
+PROGRAM_CONSTANTS = (
+    "MIX_SHARE",
+    "LINK_STEP_S",
+    "LINK_STEP_RATIO",
+    "LINK_GAP_S",
+    "LINK_GAP_RATIO",
+    "KEPT_STEP_RATIO",
+    "TABLE_STEP",
+    "GPU_COST",
+    "EVENNESS",
+    "IN_FULL_TOLERANCE",
+)
+"""The fluid program's constants (:mod:`armory.scheduling.fluid_mix`) ``--set`` takes."""
 
 
 @dataclass(frozen=True)
@@ -126,16 +146,49 @@ class Clients:
         return fleet
 
 
+def parse_setting(text: str) -> tuple[str, float]:
+    """``NAME=VALUE`` (``--set``) as a pair; raises ValueError naming what is wrong."""
+    name, sep, value = text.partition("=")
+    if not sep:
+        raise ValueError(f"--set takes NAME=VALUE, got {text!r}")
+    if name not in SCHEDULER_CONSTANTS + PROGRAM_CONSTANTS:
+        known = ", ".join(SCHEDULER_CONSTANTS + PROGRAM_CONSTANTS)
+        raise ValueError(f"--set cannot change {name!r}; it changes {known}")
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"--set {name} takes a number, got {value!r}") from None
+    if not (math.isfinite(number) and number >= 0.0):
+        raise ValueError(f"--set {name} must be a finite number >= 0, got {value!r}")
+    return name, number
+
+
+def apply_program_constants(settings: tuple[tuple[str, float], ...]) -> None:
+    """Set the fluid program's constants in this process (a worker runs one setting for
+    its life: the program's memo is keyed by the snapshot, not by them)."""
+    for name, value in settings:
+        if name in PROGRAM_CONSTANTS:
+            setattr(fluid_mix, name, value)
+            if name == "IN_FULL_TOLERANCE":
+                just_in_time._IN_FULL = 1.0 - value
+
+
 def _run(
-    job: tuple[str, int, str, float, Clients, tuple[str, ...], bool, int],
+    job: tuple[str, int, str, float, Clients, tuple[str, ...], bool, int, tuple],
 ) -> dict:
-    family, seed, name, duration_s, clients, disabled_rules, explain, draw = job
+    family, seed, name, duration_s, clients, disabled_rules, explain, draw, settings = job
     fleet = clients.on(generate_fleet(family, seed).fleet)
     sim_seed = seed + draw * DRAW_SEED_STRIDE
+    scheduler = make_scheduler(
+        SchedulerConfig(name=name, seed=sim_seed, disabled_rules=disabled_rules)
+    )
+    if name == OURS:
+        apply_program_constants(settings)
+        for constant, value in settings:
+            if constant in SCHEDULER_CONSTANTS:
+                setattr(scheduler, constant, value)
     report = simulate(
-        fleet,
-        make_scheduler(SchedulerConfig(name=name, seed=sim_seed, disabled_rules=disabled_rules)),
-        SimConfig(duration_s=duration_s, seed=sim_seed, explain=explain),
+        fleet, scheduler, SimConfig(duration_s=duration_s, seed=sim_seed, explain=explain)
     )
     sent = sum(r.requests_per_s for r in report.robots) * duration_s
     chunks = sum(r.inferences for r in report.robots)
@@ -255,11 +308,23 @@ def main() -> None:
         default=1,
         help="draws per fleet and scheduler; the goals are judged on their means",
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="run the default with one of its numeric constants changed (repeatable): "
+        + ", ".join(SCHEDULER_CONSTANTS + PROGRAM_CONSTANTS),
+    )
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument(
         "--explain", action="store_true", help="also print what each of the default's rules changed"
     )
     args = parser.parse_args()
+    try:
+        settings = tuple(parse_setting(text) for text in args.set)
+    except ValueError as error:
+        parser.error(str(error))
 
     names = args.schedulers or scheduler_names()
     if OURS not in names:
@@ -297,13 +362,14 @@ def main() -> None:
             off if n == OURS else (),
             n == OURS and args.explain,
             d,
+            settings,
         )
         for s in seeds
         for n in names
         for d in draws
     ]
     jobs += [
-        (args.family, s, OURS, args.duration, streaming, off, False, d)
+        (args.family, s, OURS, args.duration, streaming, off, False, d, settings)
         for s in seeds
         if fleets[s].fleet.request_mode == "directed"
         for d in draws

@@ -10,8 +10,16 @@ something here.
 
 ``--repeats R`` judges every run on the means of R draws per fleet (family.py's).
 
+``--constants`` runs, instead of the rules, the default with each of its numeric
+constants at a lower and a higher value (:data:`CONSTANT_SWEEP`: margins and steps
+halved and doubled, step ratios at 1.1 and 1.5, the program's weights and tolerances
+a tenth and ten times), one at a time (family.py ``--set``), so that a constant that
+sits on an edge the family happens to favour shows (docs/scheduling.md, "What each
+constant is worth").
+
     python benchmarks/family_ablation.py [--count 200] [--first-seed 1000]
         [--duration 20] [--workers 2] [--cache /tmp/family-cache.json] [--repeats 3]
+        [--constants]
 """
 
 from __future__ import annotations
@@ -31,10 +39,34 @@ FAMILY = Path(__file__).with_name("family.py")
 GOALS = ("THR99", "THR100", "STARV", "BOUND", "ZERO", "DIRECTED")
 OF = {"THR99": "fleets", "THR100": "fleets", "STARV": "equal", "BOUND": "equal"}
 OF |= {"ZERO": "zero_fleets", "DIRECTED": "directed"}
+CONSTANT_SWEEP: dict[str, tuple[float, float]] = {
+    "margin_s": (0.002, 0.008),
+    "margin_ticks": (0.25, 1.0),
+    "overload_actions": (2.0, 10.0),
+    "MIX_SHARE": (0.02, 0.1),
+    "LINK_STEP_S": (0.0025, 0.01),
+    "LINK_STEP_RATIO": (1.1, 1.5),
+    "LINK_GAP_S": (0.02, 0.08),
+    "LINK_GAP_RATIO": (0.25, 1.0),
+    "KEPT_STEP_RATIO": (1.1, 1.5),
+    "TABLE_STEP": (0.0025, 0.01),
+    "GPU_COST": (1e-4, 1e-2),
+    "EVENNESS": (1e-4, 1e-2),
+    "IN_FULL_TOLERANCE": (1e-4, 1e-2),
+}
+"""The default's numeric constants (family.py ``--set`` names) and the two values
+``--constants`` runs each at (as shipped: 4 ms, 0.5 tick, 5 actions, 0.05, 5 ms, 1.25,
+40 ms, 0.5, 1.25, 0.005, 1e-3, 1e-3, 1e-3)."""
 
 
-def run(args: argparse.Namespace, disabled: str | None, out: Path) -> dict:
-    """One family.py run; its JSON summary."""
+def run(
+    args: argparse.Namespace,
+    disabled: str | None,
+    out: Path,
+    settings: tuple[str, ...] = (),
+) -> dict:
+    """One family.py run (``disabled``: a rule turned off; ``settings``: ``--set``
+    values); its JSON summary."""
     command = [
         sys.executable,
         str(FAMILY),
@@ -55,6 +87,8 @@ def run(args: argparse.Namespace, disabled: str | None, out: Path) -> dict:
         command += ["--cache", str(args.cache)]
     if disabled is not None:
         command += ["--disabled-rules", disabled]
+    for setting in settings:
+        command += ["--set", setting]
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     return json.loads(out.read_text())
 
@@ -71,7 +105,7 @@ def summary_line(label: str, result: dict) -> str:
         ages.append(ours.get("mean_age_s", float("nan")))
     goals = " ".join(f"{counts[g]:>4d}/{counts[OF[g]]:<4d}" for g in GOALS)
     return (
-        f"{label:20s} {goals} {100 * np.mean(starvation):7.2f} {np.mean(ratios):7.4f} "
+        f"{label:26s} {goals} {100 * np.mean(starvation):7.2f} {np.mean(ratios):7.4f} "
         f"{1e3 * np.nanmean(ages):7.0f}"
     )
 
@@ -86,13 +120,27 @@ def main() -> None:
     parser.add_argument(
         "--repeats", type=int, default=1, help="draws per fleet (family.py --repeats)"
     )
+    parser.add_argument(
+        "--constants",
+        action="store_true",
+        help="sweep the default's numeric constants instead of turning its rules off",
+    )
     args = parser.parse_args()
     print(
-        f"{'rule off':20s} "
+        f"{'constant' if args.constants else 'rule off':26s} "
         + " ".join(f"{g:>9s}" for g in GOALS)
         + f" {'starv %':>7s} {'/best':>7s} {'age ms':>7s}"
     )
     with tempfile.TemporaryDirectory() as folder:
+        if args.constants:
+            result = run(args, None, Path(folder) / "shipped.json")
+            print(summary_line("(as shipped)", result), flush=True)
+            for name, values in CONSTANT_SWEEP.items():
+                for value in values:
+                    setting = f"{name}={value:g}"
+                    result = run(args, None, Path(folder) / f"{setting}.json", (setting,))
+                    print(summary_line(setting, result), flush=True)
+            return
         for rule in [None, *(r for r in RULES if r != BASE_RULE)]:
             result = run(args, rule, Path(folder) / f"{rule or 'none'}.json")
             print(summary_line(rule or "(none: all on)", result), flush=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -22,9 +23,12 @@ def load_script(relative_path: str) -> ModuleType:
     """A script of the repository (``scripts/...``, ``benchmarks/...``: not an installed
     module), loaded as a module."""
     path = REPO / relative_path
-    spec = importlib.util.spec_from_file_location(path.stem, path)
+    name = f"_script_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    # Registered before it runs, as an import would be: dataclasses look their module up.
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 
