@@ -91,21 +91,30 @@ _MEANS = (
     "num_decisions",
 )
 """Results averaged over a fleet's draws."""
-SCHEDULER_CONSTANTS = ("margin_s", "margin_ticks", "overload_actions")
-"""The default's numeric options (:class:`JustInTimeScheduler` attributes) ``--set`` takes."""
-PROGRAM_CONSTANTS = (
-    "MIX_SHARE",
-    "LINK_STEP_S",
-    "LINK_STEP_RATIO",
-    "LINK_GAP_S",
-    "LINK_GAP_RATIO",
-    "KEPT_STEP_RATIO",
-    "TABLE_STEP",
-    "GPU_COST",
-    "EVENNESS",
-    "IN_FULL_TOLERANCE",
-)
-"""The fluid program's constants (:mod:`armory.scheduling.fluid_mix`) ``--set`` takes."""
+_AT_LEAST_0 = (0.0, False, math.inf)
+_ABOVE_0 = (0.0, True, math.inf)
+_ABOVE_1 = (1.0, True, math.inf)
+SCHEDULER_CONSTANTS: dict[str, tuple[float, bool, float]] = {
+    "margin_s": _AT_LEAST_0,
+    "margin_ticks": _AT_LEAST_0,
+    "overload_actions": _AT_LEAST_0,
+}
+"""The default's numeric options (:class:`JustInTimeScheduler` attributes) ``--set`` takes,
+each with the values it may take: (lowest, lowest excluded, highest)."""
+PROGRAM_CONSTANTS: dict[str, tuple[float, bool, float]] = {
+    "MIX_SHARE": (0.0, False, 1.0),
+    "LINK_STEP_S": _ABOVE_0,
+    "LINK_STEP_RATIO": _ABOVE_1,
+    "LINK_GAP_S": _AT_LEAST_0,
+    "LINK_GAP_RATIO": _AT_LEAST_0,
+    "KEPT_STEP_RATIO": _ABOVE_1,
+    "TABLE_STEP": _ABOVE_0,
+    "GPU_COST": _AT_LEAST_0,
+    "EVENNESS": _AT_LEAST_0,
+    "IN_FULL_TOLERANCE": (0.0, False, 0.5),
+}
+"""The fluid program's constants (:mod:`armory.scheduling.fluid_mix`) ``--set`` takes, as
+above: steps above zero, step ratios above one (the classes are taken on their logs)."""
 
 
 @dataclass(frozen=True)
@@ -151,15 +160,20 @@ def parse_setting(text: str) -> tuple[str, float]:
     name, sep, value = text.partition("=")
     if not sep:
         raise ValueError(f"--set takes NAME=VALUE, got {text!r}")
-    if name not in SCHEDULER_CONSTANTS + PROGRAM_CONSTANTS:
-        known = ", ".join(SCHEDULER_CONSTANTS + PROGRAM_CONSTANTS)
-        raise ValueError(f"--set cannot change {name!r}; it changes {known}")
+    ranges = SCHEDULER_CONSTANTS | PROGRAM_CONSTANTS
+    if name not in ranges:
+        raise ValueError(f"--set cannot change {name!r}; it changes {', '.join(ranges)}")
     try:
         number = float(value)
     except ValueError:
         raise ValueError(f"--set {name} takes a number, got {value!r}") from None
-    if not (math.isfinite(number) and number >= 0.0):
-        raise ValueError(f"--set {name} must be a finite number >= 0, got {value!r}")
+    low, low_excluded, high = ranges[name]
+    above = number > low if low_excluded else number >= low
+    if not (math.isfinite(number) and above and number <= high):
+        bounds = f"{'>' if low_excluded else '>='} {low:g}"
+        if math.isfinite(high):
+            bounds += f" and <= {high:g}"
+        raise ValueError(f"--set {name} must be a finite number {bounds}, got {value!r}")
     return name, number
 
 
@@ -314,7 +328,7 @@ def main() -> None:
         default=[],
         metavar="NAME=VALUE",
         help="run the default with one of its numeric constants changed (repeatable): "
-        + ", ".join(SCHEDULER_CONSTANTS + PROGRAM_CONSTANTS),
+        + ", ".join(SCHEDULER_CONSTANTS | PROGRAM_CONSTANTS),
     )
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument(

@@ -23,8 +23,11 @@ def test_a_setting_is_a_known_constant_and_a_number() -> None:
         ("margin_s", "NAME=VALUE"),
         ("margin=0.1", "cannot change 'margin'"),
         ("margin_s=fast", "takes a number"),
-        ("TABLE_STEP=-0.01", "finite number >= 0"),
+        ("GPU_COST=-0.01", "finite number >= 0"),
         ("GPU_COST=inf", "finite number >= 0"),
+        ("TABLE_STEP=0", "finite number > 0"),
+        ("LINK_STEP_RATIO=1", "finite number > 1"),
+        ("MIX_SHARE=2", ">= 0 and <= 1"),
     ]:
         with pytest.raises(ValueError, match=complaint):
             family.parse_setting(text)
@@ -33,12 +36,15 @@ def test_a_setting_is_a_known_constant_and_a_number() -> None:
 def test_every_swept_constant_exists_where_the_setting_changes_it() -> None:
     """A constant renamed or moved in the scheduler fails here, not silently in a sweep."""
     scheduler = JustInTimeScheduler()
-    settable = family.SCHEDULER_CONSTANTS + family.PROGRAM_CONSTANTS
+    settable = family.SCHEDULER_CONSTANTS | family.PROGRAM_CONSTANTS
     assert set(ablation.CONSTANT_SWEEP) == set(settable)
     for name, (low, high) in ablation.CONSTANT_SWEEP.items():
         shipped = getattr(scheduler if name in family.SCHEDULER_CONSTANTS else fluid_mix, name)
         assert isinstance(shipped, float) and math.isfinite(shipped)
         assert low < shipped < high, name
+        # Both swept values, and the shipped one, are values --set takes.
+        for value in (low, shipped, high):
+            assert family.parse_setting(f"{name}={value!r}") == (name, value)
 
 
 def test_program_constants_reach_the_scheduler(monkeypatch: pytest.MonkeyPatch) -> None:
