@@ -155,7 +155,11 @@ class Clients:
         return fleet
 
 
-def parse_setting(text: str) -> tuple[str, float]:
+Setting = tuple[str, float]
+"""One ``--set``: a constant's name and its value."""
+
+
+def parse_setting(text: str) -> Setting:
     """``NAME=VALUE`` (``--set``) as a pair; raises ValueError naming what is wrong."""
     name, sep, value = text.partition("=")
     if not sep:
@@ -177,7 +181,7 @@ def parse_setting(text: str) -> tuple[str, float]:
     return name, number
 
 
-def apply_program_constants(settings: tuple[tuple[str, float], ...]) -> None:
+def apply_program_constants(settings: tuple[Setting, ...]) -> None:
     """Set the fluid program's constants in this process (a worker runs one setting for
     its life: the program's memo is keyed by the snapshot, not by them)."""
     for name, value in settings:
@@ -188,7 +192,7 @@ def apply_program_constants(settings: tuple[tuple[str, float], ...]) -> None:
 
 
 def _run(
-    job: tuple[str, int, str, float, Clients, tuple[str, ...], bool, int, tuple],
+    job: tuple[str, int, str, float, Clients, tuple[str, ...], bool, int, tuple[Setting, ...]],
 ) -> dict:
     family, seed, name, duration_s, clients, disabled_rules, explain, draw, settings = job
     fleet = clients.on(generate_fleet(family, seed).fleet)
